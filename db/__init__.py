@@ -1,0 +1,1 @@
+"""PostgreSQL layer: embedded server, pool, migrations, SQL."""

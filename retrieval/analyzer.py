@@ -1,0 +1,119 @@
+"""Query Analyzer: query type, time range, keywords and entities (spec 3.1), rules first."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from retrieval.models import Entity, QueryIntent, QueryType
+from retrieval.nlp import JapaneseNLP, normalize_text, terms_from_tokens
+from retrieval.timeexpr import parse_time, strip_spans
+
+_TYPE_ORDER = (
+    QueryType.COMPARATIVE,
+    QueryType.PROCEDURAL,
+    QueryType.CONCEPTUAL,
+    QueryType.TEMPORAL,
+    QueryType.FACTUAL,
+)
+_NAME_LIKE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*[A-Za-z0-9]|[\u30A0-\u30FF]{3,}")
+
+
+@dataclass(frozen=True)
+class CueDictionary:
+    """Cue words per query type, plus words that raise importance; loaded from JSON."""
+
+    cues: dict[QueryType, tuple[re.Pattern[str], ...]]
+    importance: tuple[str, ...]
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> CueDictionary:
+        """Read the packaged dictionary, or the file at path (same shape)."""
+        if path is None:
+            raw = resources.files("retrieval").joinpath("data/dictionary.json").read_text("utf-8")
+        else:
+            raw = Path(path).read_text("utf-8")
+        data = json.loads(raw)
+        cues: dict[QueryType, tuple[re.Pattern[str], ...]] = {}
+        for qt in QueryType:
+            words = data.get(qt.value, [])
+            if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+                raise ValueError(f"dictionary entry {qt.value!r} must be a list of strings")
+            cues[qt] = tuple(_cue_pattern(w) for w in words)
+        return cls(cues, tuple(data.get("importance", [])))
+
+
+def _cue_pattern(word: str) -> re.Pattern[str]:
+    if word.isascii():
+        return re.compile(r"\b" + re.escape(word) + r"\b", re.IGNORECASE)
+    return re.compile(re.escape(word))
+
+
+def classify(text: str, dictionary: CueDictionary, *, has_time: bool) -> QueryType:
+    """First query type whose cue occurs; time-scoped statements default to temporal."""
+    for qt in _TYPE_ORDER:
+        if any(p.search(text) for p in dictionary.cues[qt]):
+            return qt
+    return QueryType.TEMPORAL if has_time else QueryType.FACTUAL
+
+
+class QueryAnalyzer:
+    """analyze(query, now) -> QueryIntent. Thread-safe; call it from a worker thread."""
+
+    def __init__(
+        self,
+        nlp: JapaneseNLP,
+        *,
+        timezone: str = "Asia/Tokyo",
+        recent_days: int = 14,
+        dictionary: CueDictionary | None = None,
+    ) -> None:
+        self.nlp = nlp
+        self.tz = ZoneInfo(timezone)
+        self.recent_days = recent_days
+        self.dictionary = dictionary or CueDictionary.load()
+
+    def analyze(self, query: str, now: datetime | None = None) -> QueryIntent:
+        """Classify, resolve time words against now, extract keywords and entities."""
+        text = normalize_text(query).strip()
+        now = now or datetime.now(self.tz)
+        tp = parse_time(text, now, self.tz, self.recent_days)
+        qtype = classify(text, self.dictionary, has_time=tp.range is not None)
+        # Time words describe when, not what: keep them out of the keyword legs.
+        body = strip_spans(text, tp.spans) if tp.spans else text
+        toks = self.nlp.tokens(body)
+        keywords = _unique(terms_from_tokens(toks))
+        entities: list[Entity] = self.nlp.entities(body, toks)
+        names = _unique(
+            [e.text for e in entities if len(e.text) >= 2]
+            + [m.group(0) for m in _NAME_LIKE.finditer(body)]
+        )
+        importance = 0.5 + 0.1 * min(len(entities), 2) + (0.1 if tp.range else 0.0)
+        if any(w in text for w in self.dictionary.importance):
+            importance += 0.2
+        return QueryIntent(
+            query=query,
+            query_type=qtype,
+            keywords=tuple(keywords),
+            entities=tuple(entities),
+            time_range=tp.range,
+            time_hints=tuple(tp.hints),
+            importance=round(min(importance, 1.0), 2),
+            language="en" if text.isascii() else "ja",
+            name_terms=tuple(names[:8]),
+        )
+
+
+def _unique(items: list[str]) -> list[str]:
+    seen: set[str] = set()
+    out = []
+    for it in items:
+        if it not in seen:
+            seen.add(it)
+            out.append(it)
+    return out

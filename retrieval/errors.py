@@ -1,0 +1,32 @@
+"""One error base for the service, with the few kinds callers need to tell apart."""
+
+from __future__ import annotations
+
+
+class RetrievalError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class InvalidInput(RetrievalError):
+    """Bad input from a caller: names the field (and line or item) and the reason."""
+
+    def __init__(self, errors: list[dict[str, object]]) -> None:
+        self.errors = errors
+        first = errors[0] if errors else {}
+        where = f"line {first['line']}: " if "line" in first else (
+            f"item {first['index']}: " if "index" in first else ""
+        )
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        super().__init__(f"{where}{first.get('field', '')}: {first.get('reason', 'invalid')}{more}")
+
+
+class EmbeddingModelMismatch(RetrievalError):
+    """The store's vectors came from another embedding model or dimension."""
+
+
+class NotFound(RetrievalError):
+    """No such memory in this namespace."""
+
+
+class StoreUnavailable(RetrievalError):
+    """PostgreSQL cannot be reached or refused the work."""

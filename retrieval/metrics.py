@@ -1,0 +1,51 @@
+"""Prometheus metrics, defined once. Labels are bounded: strategy, source, status, route."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from prometheus_client import Counter, Histogram
+
+# A service whose p95 target is tens of milliseconds: resolution where it matters.
+LATENCY_BUCKETS_MS = (1, 2.5, 5, 7.5, 10, 15, 20, 30, 40, 50, 75, 100, 150, 250, 500, 1000, 2500, 5000)
+COUNT_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200)
+
+RETRIEVAL_LATENCY = Histogram(
+    "retrieval_latency_ms", "End-to-end retrieve() latency in ms, by strategy", ["strategy"], buckets=LATENCY_BUCKETS_MS
+)
+STRATEGY_USAGE = Counter("retrieval_strategy_usage_total", "Retrievals by strategy used", ["strategy"])
+EMPTY_RESULTS = Counter("retrieval_empty_results_total", "Retrievals that returned no result", ["strategy"])
+STAGE_LATENCY = Histogram(
+    "retrieval_stage_latency_ms", "Latency of pipeline stages in ms (analyze, embed)", ["stage"], buckets=LATENCY_BUCKETS_MS
+)
+SEARCH_LATENCY = Histogram(
+    "retrieval_search_latency_ms", "Latency of one search source in ms", ["source"], buckets=LATENCY_BUCKETS_MS
+)
+SOURCE_TIMEOUTS = Counter("retrieval_source_timeouts_total", "Searches that hit their timeout", ["source"])
+SOURCE_ERRORS = Counter("retrieval_source_errors_total", "Searches that failed", ["source"])
+DEGRADED = Counter("retrieval_degraded_total", "Retrievals answered without one or more sources", ["strategy"])
+RERANK_LATENCY = Histogram("retrieval_rerank_latency_ms", "Rerank latency in ms", buckets=LATENCY_BUCKETS_MS)
+RESULTS_BEFORE = Histogram(
+    "retrieval_results_before_rerank", "Distinct candidates before reranking", buckets=COUNT_BUCKETS
+)
+RESULTS_AFTER = Histogram("retrieval_results_after_rerank", "Results returned after reranking", buckets=COUNT_BUCKETS)
+INGESTED = Counter("retrieval_ingested_memories_total", "Memories written (inserted or updated)", ["op"])
+INGEST_ERRORS = Counter("retrieval_ingest_rejected_total", "Ingest batches rejected as invalid")
+FEEDBACK = Counter("retrieval_feedback_total", "Feedback events", ["kind"])
+HTTP_REQUESTS = Counter("retrieval_http_requests_total", "HTTP requests", ["route", "method", "status"])
+HTTP_LATENCY = Histogram(
+    "retrieval_http_request_latency_ms", "HTTP request latency in ms", ["route", "method"], buckets=LATENCY_BUCKETS_MS
+)
+
+
+@contextmanager
+def timed_ms() -> Iterator[list[float]]:
+    """Yield a one-element list that holds the elapsed milliseconds after the block."""
+    box = [0.0]
+    t0 = time.perf_counter()
+    try:
+        yield box
+    finally:
+        box[0] = (time.perf_counter() - t0) * 1000.0

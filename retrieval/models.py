@@ -1,0 +1,232 @@
+"""Plain data of the read path: enums and frozen dataclasses (pydantic lives at the edges)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class QueryType(StrEnum):
+    FACTUAL = "factual"
+    CONCEPTUAL = "conceptual"
+    PROCEDURAL = "procedural"
+    TEMPORAL = "temporal"
+    COMPARATIVE = "comparative"
+
+
+class Strategy(StrEnum):
+    SEMANTIC_ONLY = "semantic_only"
+    KEYWORD_BOOST = "keyword_boost"
+    TEMPORAL = "temporal"
+    HYBRID = "hybrid"
+    # Baselines for evaluation: a single leg, no fusion tricks.
+    VECTOR_ONLY = "vector_only"
+    KEYWORD_ONLY = "keyword_only"
+
+
+class Source(StrEnum):
+    VECTOR = "vector"
+    KEYWORD = "keyword"
+    TEMPORAL = "temporal"
+    TRIGRAM = "trigram"
+
+
+class Fusion(StrEnum):
+    WEIGHTED = "weighted"
+    RRF = "rrf"
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    """A half-open interval [start, end) in absolute time; `relative` names it when it has a name."""
+
+    start: datetime | None
+    end: datetime | None
+    relative: str | None = None
+    text: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "start": self.start.isoformat() if self.start else None,
+            "end": self.end.isoformat() if self.end else None,
+            "relative": self.relative,
+            "text": self.text,
+        }
+
+
+@dataclass(frozen=True)
+class Entity:
+    text: str
+    label: str
+
+
+@dataclass(frozen=True)
+class QueryIntent:
+    query: str
+    query_type: QueryType
+    keywords: tuple[str, ...]
+    entities: tuple[Entity, ...] = ()
+    time_range: TimeRange | None = None
+    # A year alone or a life stage (高校の頃) that cannot become a range.
+    time_hints: tuple[str, ...] = ()
+    importance: float = 0.5
+    language: str = "ja"
+    # Strings worth matching character by character (names, model numbers).
+    name_terms: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "query_type": self.query_type.value,
+            "keywords": list(self.keywords),
+            "entities": [{"text": e.text, "label": e.label} for e in self.entities],
+            "time_range": self.time_range.to_json() if self.time_range else None,
+            "time_hints": list(self.time_hints),
+            "importance": self.importance,
+            "language": self.language,
+            "name_terms": list(self.name_terms),
+        }
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What every source must honour besides namespace, expiry, archive and `searchable`."""
+
+    namespace: str
+    memory_types: tuple[str, ...] = ()
+    source_types: tuple[str, ...] = ()
+    start: datetime | None = None
+    end: datetime | None = None
+
+
+@dataclass
+class Candidate:
+    """One row found by one source, with that source's raw score (higher is better)."""
+
+    id: int
+    external_id: str
+    content: str
+    title: str | None
+    memory_type: str
+    source_type: str
+    metadata: dict[str, Any]
+    created_at: datetime
+    embedding: Any
+    score: float
+    source: Source
+
+
+@dataclass
+class ScoredResult:
+    """A fused candidate: final score, per-signal scores, the sources that found it, a reason."""
+
+    candidate: Candidate
+    score: float
+    signals: dict[str, float]
+    sources: list[str]
+    relevance: str = "medium"
+    reason: str = ""
+
+
+@dataclass
+class RetrievalOptions:
+    namespace: str = "default"
+    force_strategy: Strategy | None = None
+    limit: int = 10
+    time_range: TimeRange | None = None
+    memory_types: tuple[str, ...] = ()
+    source_types: tuple[str, ...] = ()
+    now: datetime | None = None
+    recent_conversation: tuple[tuple[str, str], ...] = ()
+    include_metadata_details: bool = True
+    log_run: bool = True
+
+
+@dataclass
+class RetrievalResult:
+    id: str
+    content: str
+    title: str | None
+    memory_type: str
+    source_type: str
+    metadata: dict[str, Any]
+    created_at: datetime
+    score: float
+    signals: dict[str, float]
+    sources: list[str]
+    relevance: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "content": self.content,
+            "title": self.title,
+            "memory_type": self.memory_type,
+            "source_type": self.source_type,
+            "metadata": self.metadata,
+            "created_at": self.created_at.isoformat(),
+            "score": round(self.score, 6),
+            "signals": {k: round(v, 6) for k, v in self.signals.items()},
+            "sources": self.sources,
+            "relevance": self.relevance,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class SourceReport:
+    source: str
+    latency_ms: float
+    count: int
+    status: str  # ok | timeout | error | skipped
+    error: str | None = None
+
+
+@dataclass
+class RetrievalMetadata:
+    strategy_used: Strategy
+    query_intent: QueryIntent
+    total_latency_ms: float
+    search_breakdown: dict[str, SourceReport]
+    stage_latency_ms: dict[str, float]
+    num_results_before_rerank: int
+    num_results_after_rerank: int
+    degraded: list[str]
+    run_id: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "strategy_used": self.strategy_used.value,
+            "query_intent": self.query_intent.to_json(),
+            "total_latency_ms": round(self.total_latency_ms, 3),
+            "search_breakdown": {
+                k: {
+                    "latency_ms": round(v.latency_ms, 3),
+                    "count": v.count,
+                    "status": v.status,
+                    "error": v.error,
+                }
+                for k, v in self.search_breakdown.items()
+            },
+            "stage_latency_ms": {k: round(v, 3) for k, v in self.stage_latency_ms.items()},
+            "num_results_before_rerank": self.num_results_before_rerank,
+            "num_results_after_rerank": self.num_results_after_rerank,
+            "degraded": self.degraded,
+            "run_id": self.run_id,
+            "params": self.params,
+        }
+
+
+@dataclass
+class RetrievalResponse:
+    results: list[RetrievalResult]
+    metadata: RetrievalMetadata
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "results": [r.to_json() for r in self.results],
+            "metadata": self.metadata.to_json(),
+        }

@@ -1,0 +1,185 @@
+"""Japanese (and English) tokenisation with spaCy + Sudachi: index tokens, keywords, entities.
+
+Only the tokenizer runs on the hot path (about 1 ms a query); the statistical NER costs about
+20 ms and runs only when configured (RETRIEVAL_NER=spacy).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+from retrieval.models import Entity
+
+logger = logging.getLogger(__name__)
+
+# Sudachi POS prefixes (token.tag_) whose words carry content.
+_CONTENT_POS = ("名詞", "動詞-一般", "形容詞-一般", "形状詞")
+_DROP_POS = ("名詞-数詞",)  # numbers are kept by the digit rule below, in their written form
+
+# Words frequent enough to say nothing on their own; BM25's IDF handles the rest.
+STOP_WORDS = frozenset(
+    """
+    こと もの ため よう これ それ あれ どれ ここ そこ どこ 事 物 為 様 方 中 上 下 所 時 頃
+    する 為る ある 有る いる 居る なる 成る できる 出来る れる られる せる いう 言う
+    思う おもう 教える 知る 何 誰 いつ 何時 なぜ どう どの どんな 如何 みたい
+    a an the of to in on at for by with from and or but is are was were be been being it its
+    this that these those what which who whom when where why how do does did done have has had
+    can could should would will shall may might about into than then there their they we you i
+    me my our your he she his her them not no yes as so if
+    """.split()
+)
+
+_LATIN_RE = re.compile(r"^[A-Za-z][A-Za-z0-9._+\-]*$")
+_ASCII_ALNUM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+\-]*$")
+_DIGITS_RE = re.compile(r"^[0-9]+([.,][0-9]+)?$")
+_KATAKANA_RE = re.compile(r"^[\u30A0-\u30FFー]{2,}$")
+# Longest slice handed to Sudachi at once (its limit is about 49 KB of UTF-8).
+_MAX_CHUNK = 8000
+
+
+def normalize_text(text: str) -> str:
+    """NFKC (full-width Latin and digits to ASCII, half-width kana to full-width)."""
+    return unicodedata.normalize("NFKC", text)
+
+
+def english_norm(word: str) -> str:
+    """Lower-case with a light plural fold, applied identically to queries and documents."""
+    w = word.lower()
+    if len(w) > 4 and w.endswith("ies"):
+        return w[:-3] + "y"
+    if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
+        return w[:-1]
+    return w
+
+
+@dataclass(frozen=True)
+class Token:
+    surface: str
+    norm: str
+    tag: str
+    pos: str
+
+
+class JapaneseNLP:
+    """A loaded spaCy pipeline used for tokens (always) and named entities (optionally)."""
+
+    def __init__(self, model: str = "ja_ginza", *, ner: bool = False) -> None:
+        import spacy
+
+        try:
+            self._nlp: Any = spacy.load(model)
+        except OSError as exc:
+            raise RuntimeError(
+                f"spaCy model {model!r} is not installed; install it (e.g. pip install ja-ginza) "
+                "or set RETRIEVAL_SPACY_MODEL"
+            ) from exc
+        self.model_name = model
+        self.ner_enabled = ner and "ner" in self._nlp.pipe_names
+        self._lock = threading.Lock()
+
+    def tokens(self, text: str) -> list[Token]:
+        """Sudachi morphemes of text (NFKC-normalised first)."""
+        text = normalize_text(text)
+        out: list[Token] = []
+        for start in range(0, len(text), _MAX_CHUNK):
+            chunk = text[start : start + _MAX_CHUNK]
+            with self._lock:  # Sudachi tokenizers are not thread-safe
+                doc = self._nlp.tokenizer(chunk)
+            for t in doc:
+                if t.is_space:
+                    continue
+                out.append(Token(t.text, t.norm_ or t.text, t.tag_ or "", t.pos_ or ""))
+        return out
+
+    def terms(self, text: str) -> list[str]:
+        """Index/search terms: content-word normalized forms, Latin words folded, numbers."""
+        return terms_from_tokens(self.tokens(text))
+
+    def entities(self, text: str, toks: list[Token] | None = None) -> list[Entity]:
+        """Named entities: spaCy NER when enabled, else proper-noun and Latin-name runs."""
+        if self.ner_enabled:
+            with self._lock:
+                with self._nlp.select_pipes(enable=["tok2vec", "ner"]):
+                    doc = self._nlp(normalize_text(text))
+            return [Entity(e.text, e.label_) for e in doc.ents]
+        return cheap_entities(toks if toks is not None else self.tokens(text))
+
+
+def _is_content(tok: Token) -> bool:
+    if _DIGITS_RE.match(tok.surface):
+        return True
+    if _ASCII_ALNUM_RE.match(tok.surface):
+        return True
+    if tok.tag.startswith(_DROP_POS):
+        return False
+    if tok.tag:
+        return tok.tag.startswith(_CONTENT_POS)
+    return tok.pos in {"NOUN", "PROPN", "VERB", "ADJ", "NUM"}
+
+
+def terms_from_tokens(toks: list[Token]) -> list[str]:
+    """Map tokens to terms; Latin words give their folded surface (and Sudachi's reading)."""
+    out: list[str] = []
+    for tok in toks:
+        if not _is_content(tok):
+            continue
+        if _ASCII_ALNUM_RE.match(tok.surface):
+            term = english_norm(tok.surface)
+            if term in STOP_WORDS:
+                continue
+            out.append(term)
+            # Sudachi reads many English words as katakana (Intent -> インテント), so a memory
+            # written in katakana still matches a query written in Latin script.
+            if tok.norm and tok.norm != tok.surface and _KATAKANA_RE.match(tok.norm):
+                out.append(tok.norm)
+            continue
+        term = tok.norm.lower()
+        if term in STOP_WORDS or tok.surface in STOP_WORDS:
+            continue
+        out.append(term)
+    return out
+
+
+_ENTITY_LABELS = (
+    ("人名", "Person"),
+    ("地名", "Place"),
+    ("組織名", "Organization"),
+)
+
+
+def cheap_entities(toks: list[Token]) -> list[Entity]:
+    """Runs of proper nouns (Sudachi 固有名詞) or capitalised Latin words, merged."""
+    ents: list[Entity] = []
+    run: list[Token] = []
+    label = ""
+
+    def flush() -> None:
+        nonlocal run, label
+        if run:
+            sep = " " if all(_LATIN_RE.match(t.surface) for t in run) else ""
+            ents.append(Entity(sep.join(t.surface for t in run), label or "ProperNoun"))
+        run, label = [], ""
+
+    for tok in toks:
+        if "固有名詞" in tok.tag:
+            tok_label = next((lab for key, lab in _ENTITY_LABELS if key in tok.tag), "ProperNoun")
+            if run and not label:
+                label = tok_label
+            elif not run:
+                label = tok_label
+            run.append(tok)
+        elif (
+            _LATIN_RE.match(tok.surface)
+            and tok.surface[:1].isupper()
+            and tok.surface.lower() not in STOP_WORDS
+        ):
+            run.append(tok)
+        else:
+            flush()
+    flush()
+    return ents

@@ -1,0 +1,279 @@
+"""The read path: analyse -> select strategy -> concurrent searches -> rerank -> log and measure."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import asyncpg
+import numpy as np
+
+from db.runs import insert_run
+from retrieval import metrics as m
+from retrieval.analyzer import QueryAnalyzer
+from retrieval.embeddings import Embedder
+from retrieval.errors import InvalidInput
+from retrieval.models import (
+    Candidate,
+    Filters,
+    QueryIntent,
+    RetrievalMetadata,
+    RetrievalOptions,
+    RetrievalResponse,
+    RetrievalResult,
+    Source,
+    SourceReport,
+)
+from retrieval.rerank import rerank
+from retrieval.sources import SOURCES, SearchContext, SourceFn
+from retrieval.strategy import PRESETS, Plan, Preset, plan
+
+logger = logging.getLogger(__name__)
+
+# ref-llmless-hybrid-rerank Phase 1: the last three exchanges make the context query.
+MAX_CONTEXT_MESSAGES = 6
+
+
+def context_query(text: str, conversation: tuple[tuple[str, str], ...]) -> str | None:
+    """`context + "---" + text` from the recent conversation, or None without one."""
+    msgs = [f"{role}: {content}" for role, content in conversation[-MAX_CONTEXT_MESSAGES:] if content.strip()]
+    return "\n".join(msgs) + "\n---\n" + text if msgs else None
+
+
+class Orchestrator:
+    """retrieve(query, options) -> RetrievalResponse. Create once; safe for concurrent calls."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        analyzer: QueryAnalyzer,
+        embedder: Embedder,
+        *,
+        timezone: str = "Asia/Tokyo",
+        source_timeout_ms: int | Mapping[Source, int] = 800,
+        max_query_chars: int = 2000,
+        max_limit: int = 100,
+        log_runs: bool = True,
+        sources: Mapping[Source, SourceFn] = SOURCES,
+        presets: Mapping[Any, Preset] = PRESETS,
+    ) -> None:
+        self.pool = pool
+        self.analyzer = analyzer
+        self.embedder = embedder
+        self.tz = ZoneInfo(timezone)
+        self.source_timeout_ms = source_timeout_ms
+        self.max_query_chars = max_query_chars
+        self.max_limit = max_limit
+        self.log_runs = log_runs
+        self.sources = sources
+        self.presets = presets
+        self._background: set[asyncio.Task[None]] = set()
+
+    def _timeout_s(self, source: Source) -> float:
+        t = self.source_timeout_ms
+        ms = t.get(source, 800) if isinstance(t, Mapping) else t
+        return ms / 1000.0
+
+    def validate(self, query: str, options: RetrievalOptions) -> str:
+        """Reject what cannot be answered; return the query stripped."""
+        errors: list[dict[str, object]] = []
+        q = query.strip() if isinstance(query, str) else ""
+        if not q:
+            errors.append({"field": "query", "reason": "must not be empty or whitespace"})
+        elif len(q) > self.max_query_chars:
+            errors.append({"field": "query", "reason": f"longer than {self.max_query_chars} characters"})
+        if not 1 <= options.limit <= self.max_limit:
+            errors.append({"field": "limit", "reason": f"must be between 1 and {self.max_limit}"})
+        tr = options.time_range
+        if tr and tr.start and tr.end and tr.start >= tr.end:
+            errors.append({"field": "time_range", "reason": "start must be before end"})
+        if errors:
+            raise InvalidInput(errors)
+        return q
+
+    async def analyze(self, query: str, now: datetime | None = None) -> QueryIntent:
+        """The analyzer on a worker thread (Sudachi and spaCy are CPU work)."""
+        return await asyncio.to_thread(self.analyzer.analyze, query, now)
+
+    async def retrieve(self, query: str, options: RetrievalOptions | None = None) -> RetrievalResponse:
+        """Answer one query; a failing or slow source degrades the answer, never fails it."""
+        options = options or RetrievalOptions()
+        t0 = time.perf_counter()
+        q = self.validate(query, options)
+        now = options.now or datetime.now(self.tz)
+        if now.tzinfo is None:
+            now = now.replace(tzinfo=self.tz)
+        stages: dict[str, float] = {}
+
+        def timed(name: str, fn: Any, *args: Any) -> Any:
+            s = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                stages[name] = (time.perf_counter() - s) * 1000.0
+
+        ctx_q = context_query(q, options.recent_conversation)
+        texts = [q] if ctx_q is None else [q, ctx_q]
+        # Embedding and analysis overlap: neither needs the other.
+        intent, vecs = await asyncio.gather(
+            asyncio.to_thread(timed, "analyze", self.analyzer.analyze, q, now),
+            asyncio.to_thread(timed, "embed", lambda: [self.embedder.embed_query(t) for t in texts]),
+        )
+        m.STAGE_LATENCY.labels("analyze").observe(stages["analyze"])
+        m.STAGE_LATENCY.labels("embed").observe(stages["embed"])
+
+        p = plan(intent, limit=options.limit, force=options.force_strategy, time_range=None, presets=self.presets)
+        hard = options.time_range
+        filters = Filters(
+            namespace=options.namespace,
+            memory_types=options.memory_types,
+            source_types=options.source_types,
+            start=hard.start if hard else None,
+            end=hard.end if hard else None,
+        )
+        window = hard or p.time_range
+        ctx = SearchContext(
+            pool=self.pool,
+            intent=intent,
+            vectors=list(vecs),
+            filters=filters,
+            k=max(p.preset.candidates_per_source, options.limit),
+            window=window,
+        )
+        t_search = time.perf_counter()
+        per_source, reports = await self._search(ctx, p)
+        stages["search"] = (time.perf_counter() - t_search) * 1000.0
+
+        t_rr = time.perf_counter()
+        scored, counts = rerank(per_source, p.preset, now=now, window=window, limit=options.limit)
+        stages["rerank"] = (time.perf_counter() - t_rr) * 1000.0
+        m.RERANK_LATENCY.observe(stages["rerank"])
+
+        total_ms = (time.perf_counter() - t0) * 1000.0
+        degraded = [s for s, r in reports.items() if r.status in ("timeout", "error")]
+        run_id = str(uuid.uuid4())
+        strategy = p.strategy.value
+        m.RETRIEVAL_LATENCY.labels(strategy).observe(total_ms)
+        m.STRATEGY_USAGE.labels(strategy).inc()
+        m.RESULTS_BEFORE.observe(counts["before"])
+        m.RESULTS_AFTER.observe(len(scored))
+        if not scored:
+            m.EMPTY_RESULTS.labels(strategy).inc()
+        if degraded:
+            m.DEGRADED.labels(strategy).inc()
+
+        results = [
+            RetrievalResult(
+                id=r.candidate.external_id,
+                content=r.candidate.content,
+                title=r.candidate.title,
+                memory_type=r.candidate.memory_type,
+                source_type=r.candidate.source_type,
+                metadata=r.candidate.metadata,
+                created_at=r.candidate.created_at,
+                score=r.score,
+                signals=r.signals,
+                sources=r.sources,
+                relevance=r.relevance,
+                reason=r.reason,
+            )
+            for r in scored
+        ]
+        plan_json = {**p.preset.to_json(), "limit": p.limit, "reasons": list(p.reasons)}
+        if window is not None:
+            plan_json["window"] = window.to_json()
+            plan_json["window_is_filter"] = hard is not None
+        meta = RetrievalMetadata(
+            strategy_used=p.strategy,
+            query_intent=intent,
+            total_latency_ms=total_ms,
+            search_breakdown=reports,
+            stage_latency_ms=stages,
+            num_results_before_rerank=counts["before"],
+            num_results_after_rerank=len(results),
+            degraded=degraded,
+            run_id=run_id,
+            params=plan_json,
+        )
+        if self.log_runs and options.log_run:
+            candidate_ids = sorted({c.external_id for cs in per_source.values() for c in cs})
+            self._spawn(
+                insert_run(
+                    self.pool,
+                    run_id=run_id,
+                    namespace=options.namespace,
+                    query=q,
+                    strategy=strategy,
+                    plan={**plan_json, "intent": intent.to_json()},
+                    candidate_ids=candidate_ids,
+                    selected_ids=[r.id for r in results],
+                    latencies={
+                        "total_ms": total_ms,
+                        **{f"{k}_ms": v for k, v in stages.items()},
+                        **{f"source_{k}_ms": r.latency_ms for k, r in reports.items()},
+                    },
+                    degraded=degraded,
+                )
+            )
+        return RetrievalResponse(results=results, metadata=meta)
+
+    async def _search(self, ctx: SearchContext, p: Plan) -> tuple[dict[Source, list[Candidate]], dict[str, SourceReport]]:
+        """Run the plan's sources concurrently, each under its own timeout."""
+
+        async def run(source: Source) -> tuple[Source, list[Candidate], SourceReport]:
+            fn = self.sources.get(source)
+            if fn is None:
+                return source, [], SourceReport(source.value, 0.0, 0, "error", "no such source")
+            timeout = self._timeout_s(source)
+            t = time.perf_counter()
+            try:
+                got = await asyncio.wait_for(fn(_with_timeout(ctx, timeout)), timeout=timeout)
+                ms = (time.perf_counter() - t) * 1000.0
+                m.SEARCH_LATENCY.labels(source.value).observe(ms)
+                return source, got, SourceReport(source.value, ms, len(got), "ok")
+            except (TimeoutError, asyncpg.exceptions.QueryCanceledError):
+                ms = (time.perf_counter() - t) * 1000.0
+                m.SOURCE_TIMEOUTS.labels(source.value).inc()
+                logger.warning("source %s timed out after %.0f ms", source.value, ms)
+                return source, [], SourceReport(source.value, ms, 0, "timeout", f"timed out after {timeout * 1000:.0f} ms")
+            except Exception as exc:  # a broken source must not fail the request
+                ms = (time.perf_counter() - t) * 1000.0
+                m.SOURCE_ERRORS.labels(source.value).inc()
+                logger.exception("source %s failed", source.value)
+                return source, [], SourceReport(source.value, ms, 0, "error", type(exc).__name__)
+
+        done = await asyncio.gather(*(run(s) for s in p.preset.sources))
+        per_source = {s: c for s, c, _ in done}
+        reports = {s.value: r for s, _, r in done}
+        return per_source, reports
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("writing a retrieval run failed: %s", task.exception())
+
+    async def flush(self) -> None:
+        """Wait for background run-log writes (tests, shutdown)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+
+def _with_timeout(ctx: SearchContext, timeout: float) -> SearchContext:
+    from dataclasses import replace
+
+    return replace(ctx, timeout_s=timeout)
+
+
+def as_vector(v: Any) -> np.ndarray:
+    return np.asarray(v, dtype=np.float32)

@@ -1,0 +1,166 @@
+"""Reranker: pure functions over plain data (normalise, fuse, decay, dedupe, threshold, explain)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+import numpy as np
+
+from retrieval.models import Candidate, Fusion, ScoredResult, Source, TimeRange
+from retrieval.strategy import Preset
+
+_SCORE_NAMES = {
+    Source.VECTOR: "cos",
+    Source.TEMPORAL: "cos in window",
+    Source.KEYWORD: "bm25",
+    Source.TRIGRAM: "n-gram",
+}
+
+
+def minmax(scores: Sequence[float]) -> list[float]:
+    """Scale to [0, 1]; a list of equal scores (or a single one) maps to 1.0."""
+    if not scores:
+        return []
+    lo, hi = min(scores), max(scores)
+    if hi - lo < 1e-12:
+        return [1.0] * len(scores)
+    return [(s - lo) / (hi - lo) for s in scores]
+
+
+def fuse_weighted(
+    per_source: Mapping[Source, Sequence[Candidate]], weights: Mapping[Source, float]
+) -> dict[int, tuple[Candidate, dict[str, float], float]]:
+    """Min-max per source, then the weighted sum (spec 3.4.3); missing sources count 0."""
+    out: dict[int, tuple[Candidate, dict[str, float], float]] = {}
+    total_w = sum(weights.get(s, 0.0) for s in per_source if per_source[s]) or 1.0
+    for source, cands in per_source.items():
+        w = weights.get(source, 0.0)
+        for c, n in zip(cands, minmax([c.score for c in cands]), strict=True):
+            cand, signals, score = out.get(c.id, (c, {}, 0.0))
+            signals[source.value] = c.score
+            signals[f"{source.value}_norm"] = n
+            out[c.id] = (cand, signals, score + w * n / total_w)
+    return out
+
+
+def rrf(
+    per_source: Mapping[Source, Sequence[Candidate]], weights: Mapping[Source, float], *, k: int = 60
+) -> dict[int, tuple[Candidate, dict[str, float], float]]:
+    """Reciprocal rank fusion: sum of w / (k + rank), ranks from 1."""
+    out: dict[int, tuple[Candidate, dict[str, float], float]] = {}
+    for source, cands in per_source.items():
+        w = weights.get(source, 1.0)
+        ranked = sorted(cands, key=lambda c: c.score, reverse=True)
+        for rank, c in enumerate(ranked, start=1):
+            cand, signals, score = out.get(c.id, (c, {}, 0.0))
+            signals[source.value] = c.score
+            signals[f"{source.value}_rank"] = float(rank)
+            out[c.id] = (cand, signals, score + w / (k + rank))
+    return out
+
+
+def recency_factor(created_at: datetime, now: datetime, *, half_life_days: float, weight: float) -> float:
+    """1 - weight + weight * 0.5 ** (age / half-life): at most `weight` of a score decays away."""
+    if weight <= 0:
+        return 1.0
+    age_days = max((now - created_at).total_seconds() / 86400.0, 0.0)
+    return 1.0 - weight + weight * math.pow(0.5, age_days / half_life_days)
+
+
+def in_window(created_at: datetime, window: TimeRange | None) -> bool:
+    if window is None:
+        return True
+    if window.start is not None and created_at < window.start:
+        return False
+    return not (window.end is not None and created_at >= window.end)
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if na == 0 or nb == 0:
+        return 0.0
+    return float(np.dot(a, b) / (na * nb))
+
+
+def dedupe(results: Sequence[ScoredResult], threshold: float = 0.95) -> tuple[list[ScoredResult], list[tuple[str, str]]]:
+    """Drop results whose embedding is within `threshold` cosine of a better one (spec 3.4.2)."""
+    kept: list[ScoredResult] = []
+    dropped: list[tuple[str, str]] = []
+    if threshold > 1.0:
+        return list(results), dropped
+    mats: list[np.ndarray] = []
+    for r in results:
+        v = np.asarray(r.candidate.embedding, dtype=np.float32)
+        dup = next((k for k, m in zip(kept, mats, strict=True) if cosine(v, m) > threshold), None)
+        if dup is not None:
+            dropped.append((r.candidate.external_id, dup.candidate.external_id))
+            continue
+        kept.append(r)
+        mats.append(v)
+    return kept, dropped
+
+
+def explain(r: ScoredResult, window: TimeRange | None, recency: float, inside: bool) -> str:
+    """A short reason: which sources found it and each signal's value."""
+    parts = []
+    for s in r.sources:
+        src = Source(s)
+        raw = r.signals.get(s)
+        rank = r.signals.get(f"{s}_rank")
+        val = f"{_SCORE_NAMES[src]} {raw:.3f}" if raw is not None else ""
+        parts.append(f"{s} ({val}{f', rank {int(rank)}' if rank else ''})")
+    text = "found by " + " + ".join(parts) if parts else "no source"
+    if window is not None:
+        label = window.relative or window.text or "window"
+        text += f"; inside {label}" if inside else f"; outside {label}"
+    if recency < 0.999:
+        text += f"; recency x{recency:.2f}"
+    return text
+
+
+def rerank(
+    per_source: Mapping[Source, Sequence[Candidate]],
+    preset: Preset,
+    *,
+    now: datetime,
+    window: TimeRange | None = None,
+    limit: int = 10,
+) -> tuple[list[ScoredResult], dict[str, int]]:
+    """Fuse, decay, order (window first), keep the top `rerank_top`, dedupe, threshold, label."""
+    fused = (
+        rrf(per_source, preset.weights, k=preset.rrf_k)
+        if preset.fusion == Fusion.RRF
+        else fuse_weighted(per_source, preset.weights)
+    )
+    # RRF scores are tiny (1/61 ...); scale them to [0, 1] so thresholds mean the same thing.
+    if preset.fusion == Fusion.RRF and fused:
+        top = max(s for _, _, s in fused.values())
+        fused = {k: (c, sig, s / top) for k, (c, sig, s) in fused.items()}
+    scored: list[tuple[bool, ScoredResult, float]] = []
+    for cand, signals, score in fused.values():
+        rec = recency_factor(cand.created_at, now, half_life_days=preset.recency_half_life_days, weight=preset.recency_weight)
+        inside = in_window(cand.created_at, window) if preset.window == "first" else True
+        sources = [s.value for s in per_source if s.value in signals]
+        signals["fused"] = score
+        signals["recency"] = rec
+        r = ScoredResult(cand, score * rec, signals, sources)
+        scored.append((inside, r, rec))
+    scored.sort(key=lambda x: (x[0], x[1].score), reverse=True)
+    before = len(scored)
+    top = scored[: preset.rerank_top]
+    meta = {r.candidate.id: (inside, rec) for inside, r, rec in top}
+    kept, dropped = dedupe([r for _, r, _ in top], preset.dedupe_threshold)
+    final: list[ScoredResult] = []
+    for r in kept:
+        inside, rec = meta[r.candidate.id]
+        if r.score < preset.min_score:
+            continue
+        r.relevance = "high" if r.score >= preset.high_score and inside else "medium"
+        if preset.window == "first" and not inside:
+            r.relevance = "outside_window"
+        r.reason = explain(r, window if preset.window == "first" else None, rec, inside)
+        final.append(r)
+    counts = {"before": before, "considered": len(top), "duplicates": len(dropped), "after": len(final[:limit])}
+    return final[:limit], counts

@@ -1,0 +1,79 @@
+"""Builds the shared resources once (pool, NLP, embedder, orchestrator) from Settings."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import asyncpg
+
+from db import migrate as migrations
+from db.embedded import resolve_dsn
+from db.pool import create_pool
+from db.queries import check_embedding_model
+from retrieval.analyzer import CueDictionary, QueryAnalyzer
+from retrieval.config import Settings
+from retrieval.embeddings import Embedder, create_embedder
+from retrieval.nlp import JapaneseNLP
+from retrieval.orchestrator import Orchestrator
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    dsn: str
+    pool: asyncpg.Pool
+    nlp: JapaneseNLP
+    analyzer: QueryAnalyzer
+    embedder: Embedder
+    orchestrator: Orchestrator
+
+    async def close(self) -> None:
+        await self.orchestrator.flush()
+        await self.pool.close()
+
+
+async def migrate_database(dsn: str, embedding_dim: int) -> list[int]:
+    """Apply pending migrations on a dedicated connection."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await migrations.migrate(conn, embedding_dim=embedding_dim)
+    finally:
+        await conn.close()
+
+
+async def open_runtime(settings: Settings, *, embedder: Embedder | None = None, nlp: JapaneseNLP | None = None) -> Runtime:
+    """Start (or reach) PostgreSQL, migrate, load models, and refuse a foreign embedding model."""
+    dsn = await asyncio.to_thread(resolve_dsn, settings.database_url, settings.data_dir)
+    await migrate_database(dsn, settings.embedding_dim)
+    if nlp is None:
+        nlp = await asyncio.to_thread(JapaneseNLP, settings.spacy_model, ner=settings.ner == "spacy")
+    if embedder is None:
+        embedder = await asyncio.to_thread(create_embedder, settings)
+    pool = await create_pool(dsn, min_size=settings.pool_min, max_size=settings.pool_max, ef_search=settings.hnsw_ef_search)
+    try:
+        async with pool.acquire() as conn:
+            await check_embedding_model(conn, embedder.name, embedder.dim)
+    except BaseException:
+        await pool.close()
+        raise
+    analyzer = QueryAnalyzer(
+        nlp,
+        timezone=settings.timezone,
+        recent_days=settings.recent_days,
+        dictionary=CueDictionary.load(settings.dictionary_path),
+    )
+    orch = Orchestrator(
+        pool,
+        analyzer,
+        embedder,
+        timezone=settings.timezone,
+        source_timeout_ms=settings.source_timeout_ms,
+        max_query_chars=settings.max_query_chars,
+        max_limit=settings.max_limit,
+        log_runs=settings.log_runs,
+    )
+    return Runtime(settings, dsn, pool, nlp, analyzer, embedder, orch)

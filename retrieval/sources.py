@@ -1,0 +1,234 @@
+"""Search sources: one async signature, one registry. Each takes its own pool connection.
+
+Every source honours the namespace, memory/source type filters, an optional hard time window,
+expiry, archive and `searchable` through the same WHERE clause ($1..$5).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import asyncpg
+import numpy as np
+
+from retrieval.models import Candidate, Filters, QueryIntent, Source, TimeRange
+
+_COLS = "m.id, m.external_id, m.content, m.title, m.memory_type, m.source_type, m.metadata, m.created_at, m.embedding"
+
+# $1 namespace, $2 memory types (empty = any), $3 source types, $4/$5 window [start, end).
+_WHERE = """m.namespace = $1 AND NOT m.is_archived AND m.searchable
+  AND (m.expires_at IS NULL OR m.expires_at > now())
+  AND (cardinality($2::text[]) = 0 OR m.memory_type = ANY($2::text[]))
+  AND (cardinality($3::text[]) = 0 OR m.source_type = ANY($3::text[]))
+  AND ($4::timestamptz IS NULL OR m.created_at >= $4)
+  AND ($5::timestamptz IS NULL OR m.created_at < $5)"""
+
+# Returns the k nearest live memories by cosine distance (HNSW; iterative scan under filters).
+VECTOR_SQL = f"""
+SELECT {_COLS}, 1 - (m.embedding <=> $6) AS score
+FROM memories m WHERE {_WHERE}
+ORDER BY m.embedding <=> $6 LIMIT $7"""
+
+# Returns document frequency and IDF of the query's lexemes, with the namespace's average length.
+TERM_STATS_SQL = """
+SELECT l.lexeme AS term, d.df, s.doc_count,
+       ln(1 + (s.doc_count - d.df + 0.5) / (d.df + 0.5)) AS idf,
+       greatest(s.total_tokens::float8 / nullif(s.doc_count, 0), 1) AS avgdl
+FROM unnest(to_tsvector('simple', $2)) AS l
+JOIN term_df d ON d.namespace = $1 AND d.term = l.lexeme AND d.df > 0
+JOIN namespace_stats s ON s.namespace = $1"""
+
+# Returns the k best live memories by BM25 over the Japanese token column. The tsquery is an OR
+# of plainto_tsquery() of each lexeme: user text never reaches tsquery syntax.
+KEYWORD_SQL = f"""
+WITH q AS (SELECT * FROM unnest($6::text[], $7::float8[]) AS q(term, idf)),
+hits AS (
+  SELECT m.id,
+         sum(q.idf * (array_length(t.positions, 1) * ($10 + 1))
+             / (array_length(t.positions, 1) + $10 * (1 - $11 + $11 * m.token_count / $9))) AS score
+  FROM memories m
+  CROSS JOIN LATERAL unnest(m.content_tsvector) AS t(lexeme, positions, weights)
+  JOIN q ON q.term = t.lexeme
+  WHERE m.content_tsvector @@ (SELECT tsquery_or_agg(plainto_tsquery('simple', x)) FROM unnest($8::text[]) x)
+    AND {_WHERE}
+  GROUP BY m.id ORDER BY score DESC LIMIT $12)
+SELECT {_COLS}, hits.score FROM hits JOIN memories m ON m.id = hits.id ORDER BY hits.score DESC"""
+
+# Returns live memories containing any of the name-like strings (pg_trgm index on a regex),
+# scored by exact containment or else trigram word similarity, summed over the strings.
+TRIGRAM_SQL = f"""
+SELECT {_COLS},
+       (SELECT sum(CASE WHEN strpos(lower(m.content), lower(t)) > 0 THEN 1.0
+                        ELSE word_similarity(t, m.content) END)
+        FROM unnest($6::text[]) t) / cardinality($6::text[]) AS score
+FROM memories m
+WHERE m.content ~* $7 AND {_WHERE}
+ORDER BY score DESC, m.created_at DESC LIMIT $8"""
+
+
+@dataclass
+class SearchContext:
+    """What a source needs: the pool, the analysed query, its vectors and filters."""
+
+    pool: asyncpg.Pool
+    intent: QueryIntent
+    vectors: list[np.ndarray]
+    filters: Filters
+    k: int
+    window: TimeRange | None = None
+    timeout_s: float = 1.0
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.75
+    debug: dict[str, Any] = field(default_factory=dict)
+
+    def where_args(self, window: TimeRange | None = None) -> tuple[Any, ...]:
+        f = self.filters
+        start = f.start if window is None else max(_drop_none(f.start, window.start))
+        end = f.end if window is None else min(_drop_none(f.end, window.end))
+        return (f.namespace, list(f.memory_types), list(f.source_types), start, end)
+
+
+def _drop_none(*xs: Any) -> list[Any]:
+    vals = [x for x in xs if x is not None]
+    return vals or [None]
+
+
+def _np(v: Any) -> np.ndarray:
+    return v.to_numpy() if hasattr(v, "to_numpy") else np.asarray(v, dtype=np.float32)
+
+
+SourceFn = Callable[[SearchContext], Awaitable[list[Candidate]]]
+
+
+def _rows(rows: list[asyncpg.Record], source: Source) -> list[Candidate]:
+    return [
+        Candidate(
+            id=r["id"],
+            external_id=r["external_id"],
+            content=r["content"],
+            title=r["title"],
+            memory_type=r["memory_type"],
+            source_type=r["source_type"],
+            metadata=r["metadata"],
+            created_at=r["created_at"],
+            embedding=_np(r["embedding"]),
+            score=float(r["score"]),
+            source=source,
+        )
+        for r in rows
+    ]
+
+
+async def _knn(ctx: SearchContext, source: Source, window: TimeRange | None) -> list[Candidate]:
+    best: dict[int, Candidate] = {}
+    async with ctx.pool.acquire() as conn:
+        for vec in ctx.vectors:
+            rows = await conn.fetch(VECTOR_SQL, *ctx.where_args(window), vec, ctx.k, timeout=ctx.timeout_s)
+            for c in _rows(rows, source):
+                if c.id not in best or c.score > best[c.id].score:
+                    best[c.id] = c
+    # relaxed_order iterative scans may return rows slightly out of order
+    return sorted(best.values(), key=lambda c: c.score, reverse=True)[: ctx.k]
+
+
+async def vector(ctx: SearchContext) -> list[Candidate]:
+    """Nearest neighbours of the query (and of context + query, when a conversation is given)."""
+    return await _knn(ctx, Source.VECTOR, None)
+
+
+async def temporal(ctx: SearchContext) -> list[Candidate]:
+    """Nearest neighbours inside the query's time window (spec 3.3.3); nothing without one."""
+    if ctx.window is None:
+        return []
+    return await _knn(ctx, Source.TEMPORAL, ctx.window)
+
+
+def choose_match_terms(stats: list[tuple[str, int, float]], doc_count: int, *, max_terms: int = 12) -> list[str]:
+    """Terms that select candidates: the rarest ones; very common terms only score, unless alone.
+
+    A term in more than 10% of the documents would pull thousands of rows into BM25 scoring
+    while adding almost nothing to it.
+    """
+    ranked = sorted(stats, key=lambda s: s[2], reverse=True)
+    limit = max(doc_count * 0.10, 50)
+    chosen = [t for t, df, _ in ranked if df <= limit][:max_terms]
+    return chosen or [t for t, _, _ in ranked[:2]]
+
+
+async def keyword(ctx: SearchContext) -> list[Candidate]:
+    """BM25 (IDF from term_df) over the Sudachi token tsvector, OR of the query's keywords."""
+    if not ctx.intent.keywords:
+        return []
+    text = " ".join(ctx.intent.keywords)
+    async with ctx.pool.acquire() as conn:
+        stats = await conn.fetch(TERM_STATS_SQL, ctx.filters.namespace, text, timeout=ctx.timeout_s)
+        if not stats:
+            return []
+        terms = [r["term"] for r in stats]
+        idfs = [float(r["idf"]) for r in stats]
+        match = choose_match_terms([(r["term"], r["df"], float(r["idf"])) for r in stats], stats[0]["doc_count"])
+        ctx.debug["keyword_terms"] = terms
+        rows = await conn.fetch(
+            KEYWORD_SQL,
+            *ctx.where_args(),
+            terms,
+            idfs,
+            match,
+            float(stats[0]["avgdl"]),
+            ctx.bm25_k1,
+            ctx.bm25_b,
+            ctx.k,
+            timeout=ctx.timeout_s,
+        )
+    return _rows(rows, Source.KEYWORD)
+
+
+_PG_REGEX_SPECIAL = re.compile(r"([\\.^$|?*+()\[\]{}])")
+
+
+def regex_escape(term: str) -> str:
+    """Escape a literal for a PostgreSQL ARE (every special character gets a backslash)."""
+    return _PG_REGEX_SPECIAL.sub(r"\\\1", term)
+
+
+def trigram_terms(intent: QueryIntent) -> list[str]:
+    """Name-like strings of three or more characters (a trigram index needs three)."""
+    terms = [t for t in intent.name_terms if len(t) >= 3]
+    seen: set[str] = set()
+    out = []
+    for t in sorted(terms, key=len, reverse=True):
+        if not any(t.lower() in s.lower() for s in seen):
+            seen.add(t)
+            out.append(t)
+    return out[:6]
+
+
+async def trigram(ctx: SearchContext) -> list[Candidate]:
+    """Character n-gram matches of names and model numbers that tokenizers split badly."""
+    terms = trigram_terms(ctx.intent)
+    if not terms:
+        return []
+    pattern = "|".join(regex_escape(t) for t in terms)
+    async with ctx.pool.acquire() as conn:
+        rows = await conn.fetch(TRIGRAM_SQL, *ctx.where_args(), terms, pattern, ctx.k, timeout=ctx.timeout_s)
+    return _rows(rows, Source.TRIGRAM)
+
+
+SOURCES: Mapping[Source, SourceFn] = MappingProxyType(
+    {
+        Source.VECTOR: vector,
+        Source.KEYWORD: keyword,
+        Source.TEMPORAL: temporal,
+        Source.TRIGRAM: trigram,
+    }
+)
+
+
+def idf(n: int, df: int) -> float:
+    """BM25's IDF (the +1 form, never negative); exposed for tests and docs."""
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))

@@ -1,0 +1,142 @@
+"""Strategy Selector: named presets (data) and the spec's decision tree (3.2.1) that picks one."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+
+from retrieval.models import Fusion, QueryIntent, QueryType, Source, Strategy, TimeRange
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Everything the executor and reranker need to run one strategy."""
+
+    strategy: Strategy
+    sources: tuple[Source, ...]
+    fusion: Fusion
+    weights: Mapping[Source, float]
+    candidates_per_source: int = 50
+    rerank_top: int = 50
+    # Exponential age decay of the fused score: half-life in days, and how much of the score
+    # it may take away (0 = off). Off whenever the query names a past window.
+    recency_half_life_days: float = 180.0
+    recency_weight: float = 0.0
+    # "first": memories inside the query's window rank before any outside it.
+    window: str | None = None
+    min_score: float = 0.05
+    high_score: float = 0.6
+    dedupe_threshold: float = 0.95
+    rrf_k: int = 60
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy.value,
+            "sources": [s.value for s in self.sources],
+            "fusion": self.fusion.value,
+            "weights": {s.value: w for s, w in self.weights.items()},
+            "candidates_per_source": self.candidates_per_source,
+            "rerank_top": self.rerank_top,
+            "recency_half_life_days": self.recency_half_life_days,
+            "recency_weight": self.recency_weight,
+            "window": self.window,
+            "min_score": self.min_score,
+            "dedupe_threshold": self.dedupe_threshold,
+        }
+
+
+def _w(**kw: float) -> Mapping[Source, float]:
+    return MappingProxyType({Source(k): v for k, v in kw.items()})
+
+
+# Conceptual questions: meaning over wording.
+SEMANTIC_ONLY = Preset(Strategy.SEMANTIC_ONLY, (Source.VECTOR,), Fusion.WEIGHTED, _w(vector=1.0),
+                       recency_weight=0.05)
+# Factual questions with names or terms: wording matters as much as meaning (spec 3.2.2: 0.5/0.5).
+KEYWORD_BOOST = Preset(
+    Strategy.KEYWORD_BOOST,
+    (Source.VECTOR, Source.KEYWORD, Source.TRIGRAM),
+    Fusion.WEIGHTED,
+    _w(vector=0.5, keyword=0.5, trigram=0.15),
+    recency_weight=0.05,
+)
+# A named time window: in-window memories first, ranked by meaning and words.
+TEMPORAL = Preset(
+    Strategy.TEMPORAL,
+    (Source.TEMPORAL, Source.VECTOR, Source.KEYWORD, Source.TRIGRAM),
+    Fusion.WEIGHTED,
+    _w(temporal=0.7, vector=0.7, keyword=0.3, trigram=0.1),
+    window="first",
+    recency_weight=0.1,
+    recency_half_life_days=30.0,
+)
+# Everything else (procedural, comparative, unclassified): all legs, spec weights 0.7/0.3.
+HYBRID = Preset(
+    Strategy.HYBRID,
+    (Source.VECTOR, Source.KEYWORD, Source.TRIGRAM),
+    Fusion.WEIGHTED,
+    _w(vector=0.7, keyword=0.3, trigram=0.1),
+    recency_weight=0.05,
+)
+# Reciprocal rank fusion of the same legs, k=60 (ref-llmless-hybrid-rerank).
+HYBRID_RRF = replace(HYBRID, fusion=Fusion.RRF, weights=_w(vector=1.0, keyword=1.0, trigram=0.5))
+# Baselines for evaluation: one leg, raw order.
+VECTOR_ONLY = Preset(Strategy.VECTOR_ONLY, (Source.VECTOR,), Fusion.WEIGHTED, _w(vector=1.0),
+                     min_score=0.0, dedupe_threshold=1.01)
+KEYWORD_ONLY = Preset(Strategy.KEYWORD_ONLY, (Source.KEYWORD,), Fusion.WEIGHTED, _w(keyword=1.0),
+                      min_score=0.0, dedupe_threshold=1.01)
+
+PRESETS: Mapping[Strategy, Preset] = MappingProxyType(
+    {p.strategy: p for p in (SEMANTIC_ONLY, KEYWORD_BOOST, TEMPORAL, HYBRID, VECTOR_ONLY, KEYWORD_ONLY)}
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A chosen preset plus the per-query parameters derived from the intent."""
+
+    preset: Preset
+    limit: int
+    time_range: TimeRange | None
+    reasons: tuple[str, ...] = field(default=())
+
+    @property
+    def strategy(self) -> Strategy:
+        return self.preset.strategy
+
+
+def select_strategy(intent: QueryIntent) -> Strategy:
+    """The spec's decision tree: window -> temporal; factual+keywords -> keyword_boost; ..."""
+    if intent.time_range is not None:
+        return Strategy.TEMPORAL
+    if intent.query_type == QueryType.FACTUAL and (intent.keywords or intent.entities):
+        return Strategy.KEYWORD_BOOST
+    if intent.query_type == QueryType.CONCEPTUAL:
+        return Strategy.SEMANTIC_ONLY
+    return Strategy.HYBRID
+
+
+def plan(
+    intent: QueryIntent,
+    *,
+    limit: int = 10,
+    force: Strategy | None = None,
+    time_range: TimeRange | None = None,
+    presets: Mapping[Strategy, Preset] = PRESETS,
+) -> Plan:
+    """Pick a preset (or the forced one) and tune it to the query (spec 3.2.2)."""
+    window = time_range or intent.time_range
+    strategy = force or (Strategy.TEMPORAL if time_range else select_strategy(intent))
+    preset = presets[strategy]
+    reasons = [f"forced {strategy.value}" if force else f"selected {strategy.value}"]
+    if window is not None and preset.strategy == Strategy.TEMPORAL:
+        reasons.append(f"window {window.relative or window.text or 'explicit'}")
+        if window.end is not None and window.relative not in ("recent", "this_week", "today", "this_month", "this_year"):
+            # A named past window: age inside it says nothing about relevance.
+            preset = replace(preset, recency_weight=0.0)
+            reasons.append("recency decay off for a past window")
+    if not intent.keywords and Source.KEYWORD in preset.sources and len(preset.sources) > 1:
+        reasons.append("no keywords: keyword leg has nothing to match")
+    return Plan(preset=preset, limit=limit, time_range=window, reasons=tuple(reasons))
