@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
+from typing import Any
 
 import asyncpg
 from pgvector.asyncpg import register_vector
@@ -19,14 +18,6 @@ def _make_init(ef_search: int) -> Any:
             decoder=json.loads,
             schema="pg_catalog",
         )
-        # iterative scans keep HNSW from returning too few rows when namespace or type filters
-        # discard part of the graph walk (pgvector 0.8); relaxed order is re-sorted in Python.
-        await conn.execute(
-            f"SET hnsw.ef_search = {int(ef_search)}; SET hnsw.iterative_scan = relaxed_order; "
-            # Filters are written as `$n IS NULL OR ...`; a generic plan would ignore which
-            # are set, so plan each execution with its values.
-            "SET plan_cache_mode = force_custom_plan"
-        )
 
     return init
 
@@ -35,6 +26,16 @@ async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 10, ef_sea
     """Create the pool; the vector extension must exist (run migrations first)."""
     pool = await asyncpg.create_pool(
         dsn,
+        # Startup parameters, not SET: the pool runs RESET ALL when a connection is released.
+        server_settings={
+            # Iterative scans keep HNSW from returning too few rows when namespace or type
+            # filters discard part of the graph walk (pgvector 0.8); relaxed order is re-sorted.
+            "hnsw.ef_search": str(int(ef_search)),
+            "hnsw.iterative_scan": "relaxed_order",
+            # Filters are written as `$n IS NULL OR ...`; a generic plan would not know which
+            # are set, so each execution is planned with its values.
+            "plan_cache_mode": "force_custom_plan",
+        },
         min_size=min_size,
         max_size=max_size,
         init=_make_init(ef_search),

@@ -22,6 +22,8 @@ CREATE TABLE memories (
     -- made in the application because PostgreSQL has no Japanese text-search configuration.
     search_tokens    text        NOT NULL,
     token_count      integer     NOT NULL,
+    -- {lexeme: term frequency} of content_tsvector, for BM25 without unnesting the tsvector.
+    term_tf          jsonb       NOT NULL DEFAULT '{}'::jsonb,
     content_tsvector tsvector GENERATED ALWAYS AS (to_tsvector('simple', search_tokens)) STORED,
     created_at       timestamptz NOT NULL DEFAULT now(),
     ingested_at      timestamptz NOT NULL DEFAULT now(),

@@ -192,12 +192,14 @@ FROM unnest($1::text[]) WITH ORDINALITY AS x(t, i) ORDER BY i"""
 # Inserts or replaces one memory; returns whether it was inserted (xmax = 0).
 _UPSERT = """
 INSERT INTO memories (external_id, namespace, content, title, memory_type, source_type, metadata,
-                      embedding, search_tokens, token_count, created_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, coalesce($11, now()), $12)
+                      embedding, search_tokens, token_count, created_at, expires_at, term_tf)
+VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, coalesce($11, now()), $12,
+        (SELECT coalesce(jsonb_object_agg(lexeme, array_length(positions, 1)), '{}'::jsonb)
+         FROM unnest(to_tsvector('simple', $9::text))))
 ON CONFLICT (namespace, external_id) DO UPDATE SET
     content = EXCLUDED.content, title = EXCLUDED.title, memory_type = EXCLUDED.memory_type,
     source_type = EXCLUDED.source_type, metadata = EXCLUDED.metadata, embedding = EXCLUDED.embedding,
-    search_tokens = EXCLUDED.search_tokens, token_count = EXCLUDED.token_count,
+    search_tokens = EXCLUDED.search_tokens, token_count = EXCLUDED.token_count, term_tf = EXCLUDED.term_tf,
     created_at = coalesce($11, memories.created_at), expires_at = EXCLUDED.expires_at,
     is_archived = false, ingested_at = now()
 """

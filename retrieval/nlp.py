@@ -23,15 +23,7 @@ _DROP_POS = ("名詞-数詞",)  # numbers are kept by the digit rule below, in t
 
 # Words frequent enough to say nothing on their own; BM25's IDF handles the rest.
 STOP_WORDS = frozenset(
-    """
-    こと もの ため よう これ それ あれ どれ ここ そこ どこ 事 物 為 様 方 中 上 下 所 時 頃
-    する 為る ある 有る いる 居る なる 成る できる 出来る れる られる せる いう 言う
-    思う おもう 教える 知る 何 誰 いつ 何時 なぜ どう どの どんな 如何 みたい
-    a an the of to in on at for by with from and or but is are was were be been being it its
-    this that these those what which who whom when where why how do does did done have has had
-    can could should would will shall may might about into than then there their they we you i
-    me my our your he she his her them not no yes as so if
-    """.split()
+    ["こと", "もの", "ため", "よう", "これ", "それ", "あれ", "どれ", "ここ", "そこ", "どこ", "事", "物", "為", "様", "方", "中", "上", "下", "所", "時", "頃", "する", "為る", "ある", "有る", "いる", "居る", "なる", "成る", "できる", "出来る", "れる", "られる", "せる", "いう", "言う", "思う", "おもう", "教える", "知る", "何", "誰", "いつ", "何時", "なぜ", "どう", "どの", "どんな", "如何", "みたい", "a", "an", "the", "of", "to", "in", "on", "at", "for", "by", "with", "from", "and", "or", "but", "is", "are", "was", "were", "be", "been", "being", "it", "its", "this", "that", "these", "those", "what", "which", "who", "whom", "when", "where", "why", "how", "do", "does", "did", "done", "have", "has", "had", "can", "could", "should", "would", "will", "shall", "may", "might", "about", "into", "than", "then", "there", "their", "they", "we", "you", "i", "me", "my", "our", "your", "he", "she", "his", "her", "them", "not", "no", "yes", "as", "so", "if"]
 )
 
 _LATIN_RE = re.compile(r"^[A-Za-z][A-Za-z0-9._+\-]*$")
@@ -103,9 +95,8 @@ class JapaneseNLP:
     def entities(self, text: str, toks: list[Token] | None = None) -> list[Entity]:
         """Named entities: spaCy NER when enabled, else proper-noun and Latin-name runs."""
         if self.ner_enabled:
-            with self._lock:
-                with self._nlp.select_pipes(enable=["tok2vec", "ner"]):
-                    doc = self._nlp(normalize_text(text))
+            with self._lock, self._nlp.select_pipes(enable=["tok2vec", "ner"]):
+                doc = self._nlp(normalize_text(text))
             return [Entity(e.text, e.label_) for e in doc.ents]
         return cheap_entities(toks if toks is not None else self.tokens(text))
 
@@ -168,9 +159,7 @@ def cheap_entities(toks: list[Token]) -> list[Entity]:
     for tok in toks:
         if "固有名詞" in tok.tag:
             tok_label = next((lab for key, lab in _ENTITY_LABELS if key in tok.tag), "ProperNoun")
-            if run and not label:
-                label = tok_label
-            elif not run:
+            if run and not label or not run:
                 label = tok_label
             run.append(tok)
         elif (

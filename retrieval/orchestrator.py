@@ -18,7 +18,7 @@ from db.runs import insert_run
 from retrieval import metrics as m
 from retrieval.analyzer import QueryAnalyzer
 from retrieval.embeddings import Embedder
-from retrieval.errors import InvalidInput
+from retrieval.errors import InvalidInput, StoreUnavailable
 from retrieval.models import (
     Candidate,
     Filters,
@@ -149,6 +149,10 @@ class Orchestrator:
         t_search = time.perf_counter()
         per_source, reports = await self._search(ctx, p)
         stages["search"] = (time.perf_counter() - t_search) * 1000.0
+
+        if reports and all(r.status == "error" for r in reports.values()):
+            raise StoreUnavailable("no search source could run: " + ", ".join(
+                f"{k}: {r.error}" for k, r in reports.items()))
 
         t_rr = time.perf_counter()
         scored, counts = rerank(per_source, p.preset, now=now, window=window, limit=options.limit)

@@ -84,21 +84,45 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.dot(a, b) / (na * nb))
 
 
-def dedupe(results: Sequence[ScoredResult], threshold: float = 0.95) -> tuple[list[ScoredResult], list[tuple[str, str]]]:
-    """Drop results whose embedding is within `threshold` cosine of a better one (spec 3.4.2)."""
+def char_bigrams(text: str) -> set[str]:
+    t = "".join(text.split())
+    return {t[i : i + 2] for i in range(len(t) - 1)} or {t}
+
+
+def jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 1.0
+
+
+def dedupe(
+    results: Sequence[ScoredResult], threshold: float = 0.95, text_threshold: float = 0.9
+) -> tuple[list[ScoredResult], list[tuple[str, str]]]:
+    """Drop results within `threshold` cosine of a better one (spec 3.4.2) whose text is also
+    nearly the same (character-bigram Jaccard >= text_threshold).
+
+    The text test exists because e5 puts same-template memories of different days at cosine
+    0.975-0.994 (measured on shared/eval/temporal_dev), above a copy with changed punctuation
+    (0.991): by embedding alone, a diary would collapse into one entry per topic.
+    """
     kept: list[ScoredResult] = []
     dropped: list[tuple[str, str]] = []
     if threshold > 1.0:
         return list(results), dropped
     mats: list[np.ndarray] = []
+    grams: list[set[str]] = []
     for r in results:
         v = np.asarray(r.candidate.embedding, dtype=np.float32)
-        dup = next((k for k, m in zip(kept, mats, strict=True) if cosine(v, m) > threshold), None)
+        g = char_bigrams(r.candidate.content)
+        dup = next(
+            (k for k, mv, kg in zip(kept, mats, grams, strict=True)
+             if cosine(v, mv) > threshold and jaccard(g, kg) >= text_threshold),
+            None,
+        )
         if dup is not None:
             dropped.append((r.candidate.external_id, dup.candidate.external_id))
             continue
         kept.append(r)
         mats.append(v)
+        grams.append(g)
     return kept, dropped
 
 
@@ -136,20 +160,20 @@ def rerank(
     )
     # RRF scores are tiny (1/61 ...); scale them to [0, 1] so thresholds mean the same thing.
     if preset.fusion == Fusion.RRF and fused:
-        top = max(s for _, _, s in fused.values())
-        fused = {k: (c, sig, s / top) for k, (c, sig, s) in fused.items()}
+        best = max(s for _, _, s in fused.values())
+        fused = {k: (c, sig, s / best) for k, (c, sig, s) in fused.items()}
     scored: list[tuple[bool, ScoredResult, float]] = []
     for cand, signals, score in fused.values():
         rec = recency_factor(cand.created_at, now, half_life_days=preset.recency_half_life_days, weight=preset.recency_weight)
         inside = in_window(cand.created_at, window) if preset.window == "first" else True
-        sources = [s.value for s in per_source if s.value in signals]
+        sources: list[str] = [s.value for s in per_source if s.value in signals]
         signals["fused"] = score
         signals["recency"] = rec
         r = ScoredResult(cand, score * rec, signals, sources)
         scored.append((inside, r, rec))
     scored.sort(key=lambda x: (x[0], x[1].score), reverse=True)
     before = len(scored)
-    top = scored[: preset.rerank_top]
+    top = scored[: max(preset.rerank_top, limit)]
     meta = {r.candidate.id: (inside, rec) for inside, r, rec in top}
     kept, dropped = dedupe([r for _, r, _ in top], preset.dedupe_threshold)
     final: list[ScoredResult] = []

@@ -7,7 +7,6 @@ expiry, archive and `searchable` through the same WHERE clause ($1..$5).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -43,32 +42,41 @@ FROM unnest(to_tsvector('simple', $2)) AS l
 JOIN term_df d ON d.namespace = $1 AND d.term = l.lexeme AND d.df > 0
 JOIN namespace_stats s ON s.namespace = $1"""
 
-# Returns the k best live memories by BM25 over the Japanese token column. The tsquery is an OR
-# of plainto_tsquery() of each lexeme: user text never reaches tsquery syntax.
+# Returns the k best live memories by BM25 over the Japanese token column: candidates from the
+# GIN index (an OR of plainto_tsquery() of each lexeme, so user text never reaches tsquery
+# syntax), term frequencies from term_tf, IDF and average length from term_df/namespace_stats.
 KEYWORD_SQL = f"""
-WITH q AS (SELECT * FROM unnest($6::text[], $7::float8[]) AS q(term, idf)),
-hits AS (
-  SELECT m.id,
-         sum(q.idf * (array_length(t.positions, 1) * ($10 + 1))
-             / (array_length(t.positions, 1) + $10 * (1 - $11 + $11 * m.token_count / $9))) AS score
-  FROM memories m
-  CROSS JOIN LATERAL unnest(m.content_tsvector) AS t(lexeme, positions, weights)
-  JOIN q ON q.term = t.lexeme
-  WHERE m.content_tsvector @@ (SELECT tsquery_or_agg(plainto_tsquery('simple', x)) FROM unnest($8::text[]) x)
-    AND {_WHERE}
-  GROUP BY m.id ORDER BY score DESC LIMIT $12)
-SELECT {_COLS}, hits.score FROM hits JOIN memories m ON m.id = hits.id ORDER BY hits.score DESC"""
+WITH q AS (SELECT * FROM unnest($6::text[], $7::float8[]) AS q(term, idf))
+SELECT {_COLS}, s.score FROM memories m
+CROSS JOIN LATERAL (
+  SELECT sum(x.idf * (x.tf * ($10::float8 + 1))
+             / (x.tf + $10::float8 * (1 - $11::float8 + $11::float8 * m.token_count / $9::float8))) AS score
+  FROM (SELECT q.idf, (m.term_tf ->> q.term)::float8 AS tf FROM q) AS x
+  WHERE x.tf IS NOT NULL) AS s
+WHERE m.content_tsvector @@ (SELECT tsquery_or_agg(plainto_tsquery('simple', x)) FROM unnest($8::text[]) x)
+  AND {_WHERE}
+ORDER BY s.score DESC LIMIT $12"""
 
-# Returns live memories containing any of the name-like strings (pg_trgm index on a regex),
-# scored by exact containment or else trigram word similarity, summed over the strings.
-TRIGRAM_SQL = f"""
+MAX_TRIGRAM_TERMS = 6
+
+
+def _trigram_sql(n: int) -> str:
+    # One ILIKE per term, OR-ed: the pg_trgm GIN index serves LIKE patterns (a bitmap OR), but
+    # not regexes on Japanese text under the C.UTF-8 locale, nor `LIKE ANY(array)`.
+    likes = " OR ".join(f"m.content ILIKE ${8 + i}" for i in range(n))
+    return f"""
 SELECT {_COLS},
        (SELECT sum(CASE WHEN strpos(lower(m.content), lower(t)) > 0 THEN 1.0
                         ELSE word_similarity(t, m.content) END)
         FROM unnest($6::text[]) t) / cardinality($6::text[]) AS score
 FROM memories m
-WHERE m.content ~* $7 AND {_WHERE}
-ORDER BY score DESC, m.created_at DESC LIMIT $8"""
+WHERE ({likes}) AND {_WHERE}
+ORDER BY score DESC, m.created_at DESC LIMIT $7"""
+
+
+# Returns live memories containing any of 1..6 name-like strings, scored by containment (or
+# else trigram word similarity), averaged over the strings. Index = number of strings.
+TRIGRAM_SQL = {n: _trigram_sql(n) for n in range(1, MAX_TRIGRAM_TERMS + 1)}
 
 
 @dataclass
@@ -188,12 +196,9 @@ async def keyword(ctx: SearchContext) -> list[Candidate]:
     return _rows(rows, Source.KEYWORD)
 
 
-_PG_REGEX_SPECIAL = re.compile(r"([\\.^$|?*+()\[\]{}])")
-
-
-def regex_escape(term: str) -> str:
-    """Escape a literal for a PostgreSQL ARE (every special character gets a backslash)."""
-    return _PG_REGEX_SPECIAL.sub(r"\\\1", term)
+def like_escape(term: str) -> str:
+    """Escape LIKE's wildcards (and its escape character) in a literal."""
+    return term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def trigram_terms(intent: QueryIntent) -> list[str]:
@@ -205,7 +210,7 @@ def trigram_terms(intent: QueryIntent) -> list[str]:
         if not any(t.lower() in s.lower() for s in seen):
             seen.add(t)
             out.append(t)
-    return out[:6]
+    return out[:MAX_TRIGRAM_TERMS]
 
 
 async def trigram(ctx: SearchContext) -> list[Candidate]:
@@ -213,9 +218,11 @@ async def trigram(ctx: SearchContext) -> list[Candidate]:
     terms = trigram_terms(ctx.intent)
     if not terms:
         return []
-    pattern = "|".join(regex_escape(t) for t in terms)
+    patterns = ["%" + like_escape(t) + "%" for t in terms]
     async with ctx.pool.acquire() as conn:
-        rows = await conn.fetch(TRIGRAM_SQL, *ctx.where_args(), terms, pattern, ctx.k, timeout=ctx.timeout_s)
+        rows = await conn.fetch(
+            TRIGRAM_SQL[len(terms)], *ctx.where_args(), terms, ctx.k, *patterns, timeout=ctx.timeout_s
+        )
     return _rows(rows, Source.TRIGRAM)
 
 

@@ -1,0 +1,286 @@
+"""`retrieval` command line: serve, migrate, ingest, query, analyze, eval, bench."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+from pydantic import ValidationError  # noqa: E402
+
+from retrieval.config import Settings  # noqa: E402
+from retrieval.errors import InvalidInput, RetrievalError  # noqa: E402
+from retrieval.models import Strategy  # noqa: E402
+
+STRATEGY_CHOICES = [s.value for s in Strategy]
+
+
+def _iso(value: str) -> datetime:
+    try:
+        dt = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {value!r}") from exc
+    if dt.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"give a UTC offset, e.g. {value}+09:00")
+    return dt
+
+
+def _positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from exc
+    if n < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return n
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="retrieval",
+        description="Retrieval Orchestrator: Japanese-first memory retrieval over PostgreSQL + pgvector. "
+        "Uses DATABASE_URL when set, else an embedded PostgreSQL in RETRIEVAL_DATA_DIR.",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="run the HTTP service (uvicorn)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--workers", type=_positive, default=1)
+    s.add_argument("--sample", action="store_true", help="load the packaged sample memories into namespace 'default' first")
+
+    sub.add_parser("migrate", help="apply pending database migrations")
+
+    i = sub.add_parser("ingest", help="store memories from a JSONL file (all or nothing)")
+    i.add_argument("file", type=Path)
+    i.add_argument("--namespace", default="default")
+    i.add_argument("--embeddings", type=Path, help="precomputed passage vectors (.npy, row i = line i)")
+    i.add_argument("--sample", action="store_true", help=argparse.SUPPRESS)
+
+    q = sub.add_parser("query", help="retrieve memories for a query")
+    q.add_argument("text")
+    q.add_argument("--namespace", default="default")
+    q.add_argument("--limit", type=_positive, default=10)
+    q.add_argument("--strategy", choices=STRATEGY_CHOICES, help="force a strategy")
+    q.add_argument("--now", type=_iso, help="resolve time words against this ISO 8601 instant")
+    q.add_argument("--json", action="store_true", help="print the full response as JSON")
+
+    a = sub.add_parser("analyze", help="show the query analysis and chosen strategy")
+    a.add_argument("text")
+    a.add_argument("--now", type=_iso)
+    a.add_argument("--json", action="store_true")
+
+    e = sub.add_parser("eval", help="measure retrieval quality (MRR, hit@k, nDCG) on a labelled set")
+    e.add_argument("--corpus", type=Path, required=True)
+    e.add_argument("--queries", type=Path, required=True)
+    e.add_argument("--qrels", type=Path, required=True)
+    e.add_argument("--strategy", default="auto", choices=["auto", *STRATEGY_CHOICES])
+    e.add_argument("--limit", type=_positive, default=100)
+    e.add_argument("--embeddings", type=Path, help="precomputed corpus vectors (.npy)")
+    e.add_argument("--namespace", help="namespace to index into (default: derived from the corpus)")
+    e.add_argument("--max-queries", type=_positive, help="evaluate only the first N queries")
+    e.add_argument("--json", action="store_true")
+
+    b = sub.add_parser("bench", help="latency per stage and over HTTP at N memories")
+    b.add_argument("--memories", type=_positive, default=10_000)
+    b.add_argument("--queries", type=_positive, default=200)
+    b.add_argument("--concurrency", type=_positive, default=4)
+    b.add_argument("--corpus", type=Path, help="use this JSONL corpus instead of synthetic memories")
+    b.add_argument("--embeddings", type=Path, help="precomputed vectors for --corpus")
+    b.add_argument("--no-http", action="store_true", help="skip the HTTP part")
+    b.add_argument("--json", action="store_true")
+    return p
+
+
+def _err(msg: str) -> int:
+    print(f"retrieval: error: {msg}", file=sys.stderr)
+    return 2
+
+
+async def _open(settings: Settings) -> Any:
+    from retrieval.runtime import open_runtime
+
+    return await open_runtime(settings)
+
+
+async def _cmd_migrate(settings: Settings) -> int:
+    from db.embedded import resolve_dsn
+    from retrieval.runtime import migrate_database
+
+    dsn = await asyncio.to_thread(resolve_dsn, settings.database_url, settings.data_dir)
+    applied = await migrate_database(dsn, settings.embedding_dim)
+    print(f"applied {len(applied)} migration(s)" + (f": {applied}" if applied else "; database is up to date"))
+    return 0
+
+
+def load_vectors(path: Path, n: int, ids: list[str] | None = None) -> Any:
+    """Read a .npy of n rows; a sibling *_ids.json must list the same ids in the same order."""
+    import numpy as np
+
+    vecs = np.load(path)
+    if vecs.ndim != 2 or vecs.shape[0] != n:
+        raise InvalidInput([{"field": "embeddings", "reason": f"{path} has shape {vecs.shape}, expected {n} rows"}])
+    ids_path = path.with_name(path.stem + "_ids.json")
+    if ids is not None and ids_path.exists():
+        listed = json.loads(ids_path.read_text())
+        if listed != ids:
+            raise InvalidInput([{"field": "embeddings", "reason": f"{ids_path} does not list the corpus ids in order"}])
+    return vecs.astype("float32")
+
+
+async def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from retrieval.ingest import check_precomputed, ingest, read_jsonl
+
+    try:
+        items = read_jsonl(args.file)
+    except InvalidInput as exc:
+        for e in exc.errors[:20]:
+            print(f"{args.file}:{e.get('line')}: {e.get('field')}: {e.get('reason')}", file=sys.stderr)
+        if len(exc.errors) > 20:
+            print(f"... and {len(exc.errors) - 20} more", file=sys.stderr)
+        print("retrieval: nothing was written", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        return _err(f"cannot read {args.file}: {exc.strerror}")
+    rt = await _open(settings)
+    try:
+        vectors = None
+        if args.embeddings:
+            vectors = load_vectors(args.embeddings, len(items), [it.id or "" for it in items])
+            check_precomputed(rt.embedder, items, vectors)
+        with tqdm(total=len(items), unit="mem", disable=len(items) < 64 or not sys.stderr.isatty(), file=sys.stderr) as bar:
+            rep = await ingest(rt.pool, rt.nlp, rt.embedder, items, namespace=args.namespace, vectors=vectors,
+                               batch_size=settings.embed_batch_size, progress=bar.update)
+    finally:
+        await rt.close()
+    rate = rep.received / rep.seconds if rep.seconds else 0.0
+    print(f"ingested {rep.received} memories into {rep.namespace!r}: {rep.inserted} new, {rep.updated} updated, "
+          f"{rep.reembedded} embedded, {rep.seconds:.1f} s ({rate:.1f}/s)")
+    return 0
+
+
+def _print_results(resp: Any) -> None:
+    md = resp.metadata
+    print(f"strategy {md.strategy_used.value} · {md.total_latency_ms:.1f} ms · "
+          f"{md.num_results_before_rerank} candidates -> {md.num_results_after_rerank}"
+          + (f" · DEGRADED: {', '.join(md.degraded)}" if md.degraded else ""))
+    for i, r in enumerate(resp.results, 1):
+        text = r.content.replace("\n", " ")
+        print(f"{i:2d}. [{r.score:.3f} {r.relevance}] {r.created_at:%Y-%m-%d} {text[:100]}")
+        print(f"    {r.reason}")
+    if not resp.results:
+        print("no memories matched")
+
+
+async def _cmd_query(settings: Settings, args: argparse.Namespace) -> int:
+    from retrieval.models import RetrievalOptions
+
+    rt = await _open(settings)
+    try:
+        opts = RetrievalOptions(namespace=args.namespace, limit=args.limit, now=args.now,
+                                force_strategy=Strategy(args.strategy) if args.strategy else None)
+        resp = await rt.orchestrator.retrieve(args.text, opts)
+        await rt.orchestrator.flush()
+    finally:
+        await rt.close()
+    if args.json:
+        print(json.dumps(resp.to_json(), ensure_ascii=False, default=str))
+    else:
+        _print_results(resp)
+    return 0
+
+
+def _cmd_analyze(settings: Settings, args: argparse.Namespace) -> int:
+    from retrieval.analyzer import CueDictionary, QueryAnalyzer
+    from retrieval.nlp import JapaneseNLP
+    from retrieval.strategy import plan
+
+    nlp = JapaneseNLP(settings.spacy_model, ner=settings.ner == "spacy")
+    analyzer = QueryAnalyzer(nlp, timezone=settings.timezone, recent_days=settings.recent_days,
+                             dictionary=CueDictionary.load(settings.dictionary_path))
+    intent = analyzer.analyze(args.text, args.now)
+    p = plan(intent)
+    tr = intent.time_range
+    out = {
+        "query_type": intent.query_type.value,
+        "keywords": list(intent.keywords),
+        "entities": [{"text": e.text, "label": e.label} for e in intent.entities],
+        "time_range": {"start": tr.start.isoformat() if tr and tr.start else None,
+                       "end": tr.end.isoformat() if tr and tr.end else None,
+                       "relative": tr.relative if tr else None},
+        "time_hints": list(intent.time_hints),
+        "strategy": p.strategy.value,
+        "params": p.preset.to_json(),
+    }
+    if args.json:
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        for k, v in out.items():
+            print(f"{k:12s} {json.dumps(v, ensure_ascii=False)}")
+    return 0
+
+
+def _serve(settings: Settings, args: argparse.Namespace) -> int:
+    import uvicorn
+
+    if args.sample:
+        from retrieval.sample import load_sample
+
+        n = asyncio.run(load_sample(settings))
+        print(f"sample: {n} memories in namespace 'default'", file=sys.stderr)
+    print(f"serving on http://{args.host}:{args.port} (OpenAPI at /docs)", file=sys.stderr)
+    uvicorn.run("retrieval.api:create_app", factory=True, host=args.host, port=args.port,
+                workers=args.workers, log_level="warning")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        return _err(f"configuration: {'.'.join(str(x) for x in first['loc'])}: {first['msg']}")
+    try:
+        if args.command == "serve":
+            return _serve(settings, args)
+        if args.command == "migrate":
+            return asyncio.run(_cmd_migrate(settings))
+        if args.command == "ingest":
+            return asyncio.run(_cmd_ingest(settings, args))
+        if args.command == "query":
+            return asyncio.run(_cmd_query(settings, args))
+        if args.command == "analyze":
+            return _cmd_analyze(settings, args)
+        if args.command == "eval":
+            from retrieval.evaluate import run_eval_cli
+
+            return asyncio.run(run_eval_cli(settings, args))
+        if args.command == "bench":
+            from retrieval.bench import run_bench_cli
+
+            return asyncio.run(run_bench_cli(settings, args))
+    except InvalidInput as exc:
+        return _err(str(exc))
+    except RetrievalError as exc:
+        return _err(str(exc))
+    except KeyboardInterrupt:
+        return 130
+    return _err(f"unknown command {args.command}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

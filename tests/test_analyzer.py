@@ -1,0 +1,120 @@
+"""Query Analyzer and Strategy Selector: spec examples, our own cases, and the shared dev set."""
+
+import json
+from datetime import datetime
+
+import pytest
+
+from retrieval.analyzer import CueDictionary, QueryAnalyzer
+from retrieval.models import QueryIntent, QueryType, Strategy, TimeRange
+from retrieval.strategy import PRESETS, plan, select_strategy
+from tests.conftest import shared_file
+
+NOW = datetime.fromisoformat("2026-11-22T12:00:00+09:00")
+
+
+@pytest.mark.parametrize(
+    "query,qtype",
+    [
+        ("Resonant Engineはいつ開始した？", QueryType.FACTUAL),
+        ("呼吸のリズムとは何か", QueryType.CONCEPTUAL),
+        ("マイグレーションはどうやって実行する？", QueryType.PROCEDURAL),
+        ("最近の体調の話", QueryType.TEMPORAL),
+        ("ベクトル検索とキーワード検索の違い", QueryType.COMPARATIVE),
+        ("PostgreSQLとDuckDBはどちらが速い？", QueryType.COMPARATIVE),
+        ("How to restore the database from a backup", QueryType.PROCEDURAL),
+        ("What is reciprocal rank fusion?", QueryType.CONCEPTUAL),
+        ("Who reviewed the PR?", QueryType.FACTUAL),
+    ],
+)
+def test_query_types(analyzer, query, qtype):
+    assert analyzer.analyze(query, NOW).query_type == qtype
+
+
+def test_spec_time_range_example(analyzer):
+    intent = analyzer.analyze("先週のIntent", NOW)
+    assert intent.time_range.relative == "last_week"
+    assert select_strategy(intent) == Strategy.TEMPORAL
+
+
+def test_keywords_are_content_words_without_particles_or_time_words(analyzer):
+    intent = analyzer.analyze("先週話したIntentの内容", NOW)
+    assert "intent" in intent.keywords and "内容" in intent.keywords and "話す" in intent.keywords
+    assert not {"の", "た", "先週"} & set(intent.keywords)
+
+
+def test_entities_and_name_terms(analyzer):
+    intent = analyzer.analyze("2025年1月に東京でResonant Engineの設計レビューをした", NOW)
+    texts = {e.text for e in intent.entities}
+    assert {"東京", "Resonant Engine"} <= texts
+    assert "Resonant Engine" in intent.name_terms
+    assert intent.time_range.start.month == 1 and intent.importance > 0.5
+
+
+def test_english_keywords_folded(analyzer):
+    intent = analyzer.analyze("When was the GIN index on memories created?", NOW)
+    assert {"gin", "index", "memory"} <= set(intent.keywords)
+    assert "the" not in intent.keywords
+
+
+def test_dictionary_can_be_replaced_without_code(tmp_path, nlp):
+    path = tmp_path / "dict.json"
+    path.write_text(json.dumps({"procedural": ["レシピ"], "factual": []}), encoding="utf-8")
+    a = QueryAnalyzer(nlp, dictionary=CueDictionary.load(path))
+    assert a.analyze("カレーのレシピ", NOW).query_type == QueryType.PROCEDURAL
+
+
+def test_bad_dictionary_is_refused(tmp_path):
+    path = tmp_path / "dict.json"
+    path.write_text(json.dumps({"procedural": "レシピ"}), encoding="utf-8")
+    with pytest.raises(ValueError, match="procedural"):
+        CueDictionary.load(path)
+
+
+def test_selector_decision_tree():
+    base = dict(query="q", keywords=("x",))
+    assert select_strategy(QueryIntent(query_type=QueryType.CONCEPTUAL, **base)) == Strategy.SEMANTIC_ONLY
+    assert select_strategy(QueryIntent(query_type=QueryType.FACTUAL, **base)) == Strategy.KEYWORD_BOOST
+    assert select_strategy(QueryIntent(query="q", query_type=QueryType.FACTUAL, keywords=())) == Strategy.HYBRID
+    assert select_strategy(QueryIntent(query_type=QueryType.PROCEDURAL, **base)) == Strategy.HYBRID
+    tr = TimeRange(NOW, NOW, "today")
+    assert select_strategy(QueryIntent(query_type=QueryType.CONCEPTUAL, time_range=tr, **base)) == Strategy.TEMPORAL
+
+
+def test_plan_force_and_recency_off_for_past_window():
+    intent = QueryIntent(query="q", query_type=QueryType.FACTUAL, keywords=("x",),
+                         time_range=TimeRange(NOW, NOW, "last_week"))
+    p = plan(intent)
+    assert p.strategy == Strategy.TEMPORAL and p.preset.recency_weight == 0.0
+    assert plan(intent, force=Strategy.SEMANTIC_ONLY).strategy == Strategy.SEMANTIC_ONLY
+    assert PRESETS[Strategy.KEYWORD_BOOST].weights  # strategies are data
+
+
+def _covers(tr, day: str) -> bool:
+    d = datetime.fromisoformat(day + "T12:00:00+09:00")
+    return tr is not None and tr.start <= d < tr.end
+
+
+def test_dev_set_accuracy(analyzer):
+    """The shared labelled examples (no sentence is special-cased); prints the accuracy."""
+    path = shared_file("eval", "analyzer_dev.jsonl")
+    if not path.exists():
+        pytest.skip("shared/eval not present")
+    cases = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    ok = 0
+    for c in cases:
+        intent = analyzer.analyze(c["q"], NOW)
+        good = plan(intent).strategy.value == c["strategy"]
+        if c.get("type"):
+            good &= intent.query_type.value == c["type"]
+        t = c.get("time")
+        if t is None:
+            good &= intent.time_range is None
+        else:
+            good &= all(_covers(intent.time_range, d) for d in t.get("covers", []))
+            good &= not any(_covers(intent.time_range, d) for d in t.get("excludes", []))
+            if t.get("relative"):
+                good &= intent.time_range is not None and intent.time_range.relative == t["relative"]
+        ok += good
+    print(f"analyzer dev accuracy: {ok}/{len(cases)}")
+    assert ok / len(cases) >= 0.9

@@ -1,0 +1,123 @@
+"""The HTTP API over the real runtime: retrieve, memories, feedback, errors, auth, ops."""
+
+import httpx
+import pytest
+
+from retrieval.api import create_app
+from retrieval.config import Settings
+
+
+@pytest.fixture
+async def client(rt):
+    app = create_app(rt.settings, runtime=rt)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://t"
+    ) as c:
+        yield c
+
+
+@pytest.fixture
+async def authed(rt):
+    s = rt.settings.model_copy(update={"api_keys": "k-all,k-a:team-a"})
+    app = create_app(s, runtime=rt)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        app.state.runtime = rt
+        yield c
+
+
+async def test_memories_retrieve_get_archive_feedback(client, ns, rt):
+    r = await client.post("/v1/memories", json={"namespace": ns, "memories": [
+        {"id": "a", "content": "宏啓さんがMemory Storeのスキーマをレビューした", "created_at": "2026-11-18T10:00:00+09:00"},
+        {"id": "b", "content": "カレーを作った。隠し味にチョコを入れた。", "created_at": "2026-10-01T10:00:00+09:00"},
+    ]})
+    assert r.status_code == 200, r.text
+    assert r.json()["inserted"] == 2
+    body = {"query": "宏啓さんがレビューしたのは何？", "namespace": ns, "options": {"now": "2026-11-22T12:00:00+09:00"}}
+    r = await client.post("/v1/retrieve", json=body)
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["results"][0]["id"] == "a"
+    assert data["results"][0]["reason"] and data["metadata"]["run_id"]
+    assert data["metadata"]["degraded"] == []
+    run_id = data["metadata"]["run_id"]
+
+    r = await client.get(f"/v1/memories/a?namespace={ns}")
+    assert r.status_code == 200 and r.json()["content"].startswith("宏啓")
+    assert (await client.get(f"/v1/memories/zzz?namespace={ns}")).status_code == 404
+
+    await rt.orchestrator.flush()
+    r = await client.get(f"/v1/runs/{run_id}")
+    assert r.status_code == 200 and r.json()["selected_ids"][0] == "a"
+
+    r = await client.post("/v1/feedback", json={"namespace": ns, "memory_id": "a", "run_id": run_id, "negative": True})
+    assert r.status_code == 200 and r.json()["searchable"] is False
+    r = await client.post("/v1/retrieve", json=body)
+    assert "a" not in [x["id"] for x in r.json()["results"]]
+
+    r = await client.delete(f"/v1/memories/b?namespace={ns}")
+    assert r.status_code == 200
+    r = await client.post("/v1/retrieve", json={"query": "カレー", "namespace": ns})
+    assert r.json()["results"] == []
+
+
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"query": "   "}, "query"),
+        ({"query": "x" * 3000}, "query"),
+        ({"query": "ok", "options": {"limit": 0}}, "options.limit"),
+        ({"query": "ok", "options": {"limit": 101}}, "options.limit"),
+        ({"query": "ok", "options": {"force_strategy": "magic"}}, "options.force_strategy"),
+        ({"query": "ok", "options": {"time_range": {"start": "2026-02-01T00:00:00+09:00", "end": "2026-01-01T00:00:00+09:00"}}}, "options.time_range"),
+        ({"query": 5}, "query"),
+        ({"query": "ok", "namespace": "a b"}, "namespace"),
+    ],
+)
+async def test_bad_retrieve_is_422_naming_field(client, body, field):
+    r = await client.post("/v1/retrieve", json=body)
+    assert r.status_code == 422
+    assert any(d["field"].startswith(field) for d in r.json()["detail"]), r.json()
+    assert "Traceback" not in r.text
+
+
+async def test_malformed_json_is_422(client):
+    r = await client.post("/v1/retrieve", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422
+
+
+async def test_bad_batch_is_rejected_whole(client, ns):
+    r = await client.post("/v1/memories", json={"namespace": ns, "memories": [
+        {"id": "ok", "content": "fine"}, {"id": "bad", "content": ""}]})
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"][:4] == ["body", "memories", 1, "content"]
+    assert (await client.get(f"/v1/memories/ok?namespace={ns}")).status_code == 404
+
+
+async def test_ops_endpoints(client):
+    assert (await client.get("/healthz")).json() == {"status": "ok"}
+    r = await client.get("/readyz")
+    assert r.status_code == 200 and r.json()["ready"] is True
+    await client.post("/v1/retrieve", json={"query": "メトリクスの確認"})
+    text = (await client.get("/metrics")).text
+    for name in ("retrieval_latency_ms_bucket", "retrieval_strategy_usage_total", "retrieval_search_latency_ms_bucket",
+                 "retrieval_http_requests_total"):
+        assert name in text
+    assert (await client.get("/openapi.json")).json()["paths"]["/v1/retrieve"]
+
+
+async def test_auth_keys_and_namespace_scopes(authed):
+    assert (await authed.get("/healthz")).status_code == 200
+    assert (await authed.post("/v1/retrieve", json={"query": "x"})).status_code == 401
+    h = {"Authorization": "Bearer k-a"}
+    assert (await authed.post("/v1/retrieve", json={"query": "x", "namespace": "team-b"}, headers=h)).status_code == 403
+    assert (await authed.post("/v1/retrieve", json={"query": "x", "namespace": "team-a"}, headers=h)).status_code == 200
+    h = {"Authorization": "Bearer k-all"}
+    assert (await authed.post("/v1/retrieve", json={"query": "x", "namespace": "team-b"}, headers=h)).status_code == 200
+
+
+def test_settings_fail_fast():
+    with pytest.raises(ValueError):
+        Settings(database_url="mysql://x")
+    with pytest.raises(ValueError):
+        Settings(pool_min=5, pool_max=2)
+    assert Settings(api_keys="a,b:x|y").parsed_api_keys() == {"a": None, "b": frozenset({"x", "y"})}

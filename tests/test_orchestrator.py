@@ -1,0 +1,97 @@
+"""Orchestrator with fake sources swapped into the registry: partial answers, degraded sources."""
+
+import asyncio
+from datetime import UTC, datetime
+from types import MappingProxyType
+
+import pytest
+
+from retrieval.errors import InvalidInput, StoreUnavailable
+from retrieval.models import RetrievalOptions, Source, Strategy, TimeRange
+from retrieval.orchestrator import Orchestrator, context_query
+from tests.fakes import FakeEmbedder, cand, failing_source, fixed_source
+
+NOW = datetime(2026, 11, 22, 3, tzinfo=UTC)
+
+
+def _orch(analyzer, sources, timeout_ms=200):
+    return Orchestrator(None, analyzer, FakeEmbedder(), source_timeout_ms=timeout_ms, log_runs=False,
+                        sources=MappingProxyType(sources))
+
+
+async def test_slow_source_is_skipped_and_reported(analyzer):
+    sources = {
+        Source.VECTOR: fixed_source([cand(1, 0.9, Source.VECTOR)]),
+        Source.KEYWORD: fixed_source([cand(2, 3.0, Source.KEYWORD)], delay=2.0),
+        Source.TRIGRAM: fixed_source([]),
+    }
+    orch = _orch(analyzer, sources)
+    resp = await orch.retrieve("宏啓さんがレビューしたPRは誰が書いた？", RetrievalOptions(now=NOW))
+    md = resp.metadata
+    assert md.strategy_used == Strategy.KEYWORD_BOOST
+    assert md.degraded == ["keyword"]
+    assert md.search_breakdown["keyword"].status == "timeout"
+    assert md.search_breakdown["keyword"].latency_ms < 1500
+    assert [r.id for r in resp.results] == ["m1"]
+
+
+async def test_failing_source_degrades_not_fails(analyzer):
+    sources = {
+        Source.VECTOR: failing_source(RuntimeError("boom")),
+        Source.KEYWORD: fixed_source([cand(2, 3.0, Source.KEYWORD)]),
+        Source.TRIGRAM: fixed_source([]),
+    }
+    resp = await _orch(analyzer, sources).retrieve("PRは誰が書いた？", RetrievalOptions(now=NOW))
+    assert resp.metadata.degraded == ["vector"]
+    assert resp.metadata.search_breakdown["vector"].error == "RuntimeError"
+    assert [r.id for r in resp.results] == ["m2"]
+
+
+async def test_all_sources_failing_is_unavailable(analyzer):
+    sources = {s: failing_source(OSError("db down")) for s in Source}
+    with pytest.raises(StoreUnavailable):
+        await _orch(analyzer, sources).retrieve("PRは誰が書いた？", RetrievalOptions(now=NOW))
+
+
+async def test_sources_run_concurrently(analyzer):
+    sources = {s: fixed_source([cand(1, 0.5, s)], delay=0.15) for s in Source}
+    orch = _orch(analyzer, sources, timeout_ms=2000)
+    t = asyncio.get_running_loop().time()
+    resp = await orch.retrieve("ベクトル検索とキーワード検索の違い", RetrievalOptions(now=NOW))
+    assert asyncio.get_running_loop().time() - t < 0.45  # three 150 ms sources, not 450 ms
+    assert resp.metadata.strategy_used == Strategy.HYBRID and not resp.metadata.degraded
+
+
+@pytest.mark.parametrize(
+    "query,opts,field",
+    [
+        ("   ", RetrievalOptions(), "query"),
+        ("x" * 5000, RetrievalOptions(), "query"),
+        ("ok", RetrievalOptions(limit=0), "limit"),
+        ("ok", RetrievalOptions(limit=1000), "limit"),
+        ("ok", RetrievalOptions(time_range=TimeRange(NOW, NOW)), "time_range"),
+    ],
+)
+async def test_bad_input_names_field(analyzer, query, opts, field):
+    with pytest.raises(InvalidInput) as err:
+        await _orch(analyzer, {}).retrieve(query, opts)
+    assert err.value.errors[0]["field"] == field
+
+
+def test_context_query_uses_last_six_messages():
+    conv = tuple(("user", f"m{i}") for i in range(10))
+    q = context_query("今の話", conv)
+    assert q.endswith("---\n今の話") and "m3" not in q and "m4" in q
+    assert context_query("x", ()) is None
+
+
+async def test_conversation_adds_a_second_query_vector(analyzer):
+    seen = {}
+
+    async def vec(ctx):
+        seen["n"] = len(ctx.vectors)
+        return []
+
+    orch = _orch(analyzer, {Source.VECTOR: vec})
+    await orch.retrieve("呼吸のリズムとは", RetrievalOptions(now=NOW, recent_conversation=(("user", "Resonant Engineの話"),)))
+    assert seen["n"] == 2

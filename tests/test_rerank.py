@@ -1,0 +1,104 @@
+"""Fusion and reranking: pure functions, literal inputs, no database."""
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from retrieval.models import Fusion, ScoredResult, Source, TimeRange
+from retrieval.rerank import dedupe, fuse_weighted, in_window, minmax, recency_factor, rerank, rrf
+from retrieval.strategy import HYBRID, HYBRID_RRF, KEYWORD_BOOST, TEMPORAL
+from tests.fakes import cand
+
+NOW = datetime(2026, 11, 22, tzinfo=UTC)
+
+
+def test_minmax():
+    assert minmax([2.0, 4.0, 3.0]) == [0.0, 1.0, 0.5]
+    assert minmax([5.0]) == [1.0]
+    assert minmax([]) == []
+
+
+def test_weighted_fusion_follows_spec_weights():
+    per = {
+        Source.VECTOR: [cand(1, 0.9, Source.VECTOR), cand(2, 0.5, Source.VECTOR)],
+        Source.KEYWORD: [cand(2, 10.0, Source.KEYWORD), cand(3, 1.0, Source.KEYWORD)],
+    }
+    fused = fuse_weighted(per, {Source.VECTOR: 0.7, Source.KEYWORD: 0.3})
+    assert fused[1][2] == pytest.approx(0.7)
+    assert fused[2][2] == pytest.approx(0.3)
+    assert fused[3][2] == pytest.approx(0.0)
+    assert fused[2][1]["keyword"] == 10.0 and fused[2][1]["vector_norm"] == 0.0
+
+
+def test_rrf_k60():
+    per = {
+        Source.VECTOR: [cand(1, 0.9, Source.VECTOR), cand(2, 0.8, Source.VECTOR)],
+        Source.KEYWORD: [cand(2, 3.0, Source.KEYWORD)],
+    }
+    fused = rrf(per, {Source.VECTOR: 1.0, Source.KEYWORD: 1.0}, k=60)
+    assert fused[1][2] == pytest.approx(1 / 61)
+    assert fused[2][2] == pytest.approx(1 / 62 + 1 / 61)
+
+
+def test_recency_factor():
+    old = NOW - timedelta(days=30)
+    assert recency_factor(old, NOW, half_life_days=30, weight=0.2) == pytest.approx(0.9)
+    assert recency_factor(old, NOW, half_life_days=30, weight=0.0) == 1.0
+    assert recency_factor(NOW + timedelta(days=1), NOW, half_life_days=30, weight=0.5) == 1.0
+
+
+def _scored(i, emb, content, score=1.0):
+    return ScoredResult(cand(i, score, Source.VECTOR, content=content, emb=np.asarray(emb, np.float32)), score, {}, ["vector"])
+
+
+def test_dedupe_needs_both_vector_and_text_closeness():
+    a = _scored(1, [1, 0, 0], "Resonant Engineは呼吸のリズムで動作する")
+    b = _scored(2, [0.99, 0.01, 0], "Resonant Engineは呼吸のリズムで動作する。")
+    c = _scored(3, [0.99, 0.02, 0], "ジムで筋トレをした。ベンチプレスは40kgまで上がった。")
+    kept, dropped = dedupe([a, b, c], 0.95)
+    assert [r.candidate.id for r in kept] == [1, 3]
+    assert dropped == [("m2", "m1")]
+
+
+def test_in_window_half_open():
+    w = TimeRange(NOW - timedelta(days=7), NOW)
+    assert in_window(NOW - timedelta(days=7), w) and not in_window(NOW, w)
+    assert in_window(NOW, None)
+
+
+def test_rerank_window_first_then_outside():
+    w = TimeRange(NOW - timedelta(days=7), NOW, "last_week")
+    inside = cand(1, 0.80, Source.TEMPORAL, created_at=NOW - timedelta(days=3))
+    outside = cand(2, 0.95, Source.VECTOR, created_at=NOW - timedelta(days=100), emb=np.eye(8, dtype=np.float32)[5])
+    per = {Source.TEMPORAL: [inside], Source.VECTOR: [outside, cand(1, 0.80, Source.VECTOR, created_at=NOW - timedelta(days=3))]}
+    res, counts = rerank(per, TEMPORAL, now=NOW, window=w, limit=10)
+    assert [r.candidate.id for r in res] == [1, 2]
+    assert res[1].relevance == "outside_window" and "outside last_week" in res[1].reason
+    assert "inside last_week" in res[0].reason and counts["before"] == 2
+
+
+def test_rerank_threshold_labels_and_reasons():
+    per = {
+        Source.VECTOR: [cand(1, 0.9, Source.VECTOR), cand(2, 0.1, Source.VECTOR)],
+        Source.KEYWORD: [cand(1, 5.0, Source.KEYWORD)],
+    }
+    res, counts = rerank(per, KEYWORD_BOOST, now=NOW, limit=10)
+    assert [r.candidate.id for r in res] == [1]
+    assert res[0].relevance == "high"
+    assert "vector (cos 0.900" in res[0].reason and "keyword (bm25 5.000" in res[0].reason
+    assert counts["before"] == 2 and counts["after"] == 1
+
+
+def test_rerank_rrf_preset_scales_to_one():
+    per = {Source.VECTOR: [cand(1, 0.9, Source.VECTOR), cand(2, 0.8, Source.VECTOR)]}
+    res, _ = rerank(per, HYBRID_RRF, now=NOW, limit=5)
+    assert HYBRID_RRF.fusion == Fusion.RRF
+    assert res[0].score == pytest.approx(1.0 * res[0].signals["recency"])
+    assert "rank 1" in res[0].reason
+
+
+def test_rerank_considers_only_top_n():
+    per = {Source.VECTOR: [cand(i, 1.0 - i / 200, Source.VECTOR, emb=np.random.default_rng(i).normal(size=8)) for i in range(120)]}
+    res, counts = rerank(per, HYBRID, now=NOW, limit=10)
+    assert counts["considered"] == 50 and len(res) == 10

@@ -1,0 +1,192 @@
+"""The memory store on the real PostgreSQL: migrations, ingest, isolation, visibility rules."""
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import numpy as np
+import pytest
+
+from db import migrate as migrations
+from db.queries import check_embedding_model
+from retrieval.errors import EmbeddingModelMismatch, InvalidInput
+from retrieval.ingest import check_precomputed, ingest, parse_items, read_jsonl
+from retrieval.models import RetrievalOptions, Strategy
+
+NOW = datetime.now(UTC)
+
+
+async def _ingest(rt, ns, items):
+    return await ingest(rt.pool, rt.nlp, rt.embedder, parse_items(items), namespace=ns)
+
+
+async def _ids(rt, query, ns, **kw):
+    resp = await rt.orchestrator.retrieve(query, RetrievalOptions(namespace=ns, limit=20, **kw))
+    return [r.id for r in resp.results], resp
+
+
+async def test_migrations_are_idempotent(rt):
+    conn = await asyncpg.connect(rt.dsn)
+    try:
+        assert await migrations.migrate(conn, embedding_dim=384) == []
+        assert await migrations.migrate(conn, embedding_dim=384) == []
+        assert await migrations.pending(conn) == []
+        assert await conn.fetchval("SELECT count(*) FROM schema_migrations") == len(migrations.load_migrations())
+    finally:
+        await conn.close()
+
+
+def test_concurrent_migrate_from_two_processes(tmp_path):
+    """Two processes migrating a fresh database at once: one applies, the other waits, both succeed."""
+    from db.embedded import embedded_dsn
+
+    dsn = embedded_dsn(tmp_path / "fresh")
+    code = (
+        "import asyncio, asyncpg, json, sys\n"
+        "from db import migrate\n"
+        "async def main():\n"
+        "    c = await asyncpg.connect(sys.argv[1])\n"
+        "    print(json.dumps(await migrate.migrate(c, embedding_dim=384)))\n"
+        "asyncio.run(main())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    procs = [subprocess.Popen([sys.executable, "-c", code, dsn], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-500:] for o in outs]
+    applied = sorted(json.loads(o[0]) for o in outs)
+    assert applied[0] == [] and applied[1] == [m.version for m in migrations.load_migrations()]
+
+
+async def test_round_trip_japanese_and_english(rt, ns):
+    await _ingest(rt, ns, [
+        {"id": "ja", "content": "Resonant Engineは呼吸のリズムで動作する", "created_at": "2026-01-10T10:00:00+09:00"},
+        {"id": "en", "content": "The backup is restored with pg_restore before running migrations."},
+        {"id": "other", "content": "カレーを作った。隠し味にチョコを入れた。"},
+    ])
+    ids, resp = await _ids(rt, "呼吸について教えて", ns)
+    assert ids[0] == "ja"
+    assert resp.metadata.strategy_used in (Strategy.SEMANTIC_ONLY, Strategy.HYBRID)
+    ids, _ = await _ids(rt, "how to restore the database from a backup", ns)
+    assert ids[0] == "en"
+
+
+async def test_reingest_is_idempotent_and_updates(rt, ns):
+    items = [{"id": "a", "content": "ジムで筋トレをした"}, {"id": "b", "content": "映画を観た"}]
+    first = await _ingest(rt, ns, items)
+    again = await _ingest(rt, ns, items)
+    assert (first.inserted, again.inserted, again.updated, again.reembedded) == (2, 0, 2, 0)
+    changed = await _ingest(rt, ns, [{"id": "a", "content": "ランニングで5km走った"}])
+    assert changed.reembedded == 1
+    async with rt.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM memories WHERE namespace = $1", ns) == 2
+        stats = await conn.fetchrow("SELECT doc_count FROM namespace_stats WHERE namespace = $1", ns)
+        assert stats["doc_count"] == 2
+        # df follows the replaced content: 筋トレ is gone, ランニング arrived
+        df = dict(await conn.fetch("SELECT term, df FROM term_df WHERE namespace = $1", ns))
+        assert df.get("筋トレ", 0) == 0 and df["ランニング"] == 1
+
+
+def _write(path, lines):
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+async def test_bad_file_is_rejected_whole_with_line_numbers(rt, ns, tmp_path):
+    f = tmp_path / "bad.jsonl"
+    _write(f, [
+        json.dumps({"id": "1", "content": "fine"}),
+        "{not json",
+        json.dumps({"id": "3", "content": "   "}),
+        json.dumps({"id": "4", "content": "x", "created_at": "2025-01-01T00:00:00"}),
+        json.dumps({"id": "1", "content": "duplicate id"}),
+    ])
+    with pytest.raises(InvalidInput) as err:
+        read_jsonl(f)
+    lines = {(e["line"], e["field"]) for e in err.value.errors}
+    assert {(2, "(json)"), (3, "content"), (4, "created_at"), (5, "id")} <= lines
+    proc = subprocess.run(
+        [sys.executable, "-m", "retrieval.cli", "ingest", str(f), "--namespace", ns],
+        capture_output=True, text=True, env={**os.environ, "RETRIEVAL_DATA_DIR": str(rt.settings.data_dir)}, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert f"{f}:2: (json): invalid JSON" in proc.stderr and "Traceback" not in proc.stderr
+    assert "nothing was written" in proc.stderr
+    async with rt.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM memories WHERE namespace = $1", ns) == 0
+
+
+async def test_cli_ingest_and_query(rt, ns, tmp_path):
+    f = tmp_path / "good.jsonl"
+    _write(f, [json.dumps({"id": "x1", "text": "型番RTX-4090のGPUサーバーを借りた", "title": "検証環境"})])
+    env = {**os.environ, "RETRIEVAL_DATA_DIR": str(rt.settings.data_dir)}
+    p = subprocess.run([sys.executable, "-m", "retrieval.cli", "ingest", str(f), "--namespace", ns],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "ingested 1 memories" in p.stdout
+    p = subprocess.run([sys.executable, "-m", "retrieval.cli", "query", "RTX-4090", "--namespace", ns, "--json"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["results"][0]["id"] == "x1" and out["results"][0]["title"] == "検証環境"
+
+
+async def test_namespace_isolation(rt, ns):
+    other = ns + "-b"
+    await _ingest(rt, ns, [{"id": "mine", "content": "秘密のプロジェクトXの締切は3月末"}])
+    await _ingest(rt, other, [{"id": "theirs", "content": "秘密のプロジェクトXの締切は3月末"}])
+    for strategy in Strategy:
+        ids, _ = await _ids(rt, "プロジェクトXの締切はいつ？", ns, force_strategy=strategy)
+        assert "theirs" not in ids
+    ids, _ = await _ids(rt, "プロジェクトXの締切はいつ？", other)
+    assert ids == ["theirs"]
+
+
+async def test_expired_archived_unsearchable_never_returned(rt, ns):
+    await _ingest(rt, ns, [
+        {"id": "live", "content": "ダッシュボードの設定手順はgrafanaフォルダにある"},
+        {"id": "expired", "content": "ダッシュボードの設定手順は古いwikiにある",
+         "expires_at": (NOW - timedelta(days=1)).isoformat()},
+        {"id": "archived", "content": "ダッシュボードの設定手順は旧サーバーにある"},
+        {"id": "hidden", "content": "ダッシュボードの設定手順は誤りのメモにある"},
+    ])
+    async with rt.pool.acquire() as conn:
+        await conn.execute("UPDATE memories SET is_archived = true WHERE namespace = $1 AND external_id = 'archived'", ns)
+        await conn.execute("UPDATE memories SET searchable = false WHERE namespace = $1 AND external_id = 'hidden'", ns)
+    for strategy in Strategy:
+        ids, _ = await _ids(rt, "ダッシュボードの設定手順", ns, force_strategy=strategy)
+        assert not {"expired", "archived", "hidden"} & set(ids), strategy
+    ids, _ = await _ids(rt, "ダッシュボードの設定手順", ns)
+    assert ids == ["live"]
+
+
+async def test_embedding_model_mismatch_is_refused(rt):
+    async with rt.pool.acquire() as conn:
+        await check_embedding_model(conn, rt.embedder.name, rt.embedder.dim)
+        with pytest.raises(EmbeddingModelMismatch, match="multilingual-e5-small"):
+            await check_embedding_model(conn, "text-embedding-3-small", 1536)
+
+
+def test_precomputed_vectors_are_checked(embedder):
+    items = parse_items([{"content": "呼吸のリズム"}, {"content": "カレーを作った"}])
+    good = embedder.embed_passages([i.content for i in items])
+    check_precomputed(embedder, items, good)
+    with pytest.raises(InvalidInput, match="does not match"):
+        check_precomputed(embedder, items, good[::-1].copy())
+    with pytest.raises(InvalidInput, match="shape"):
+        check_precomputed(embedder, items, np.zeros((3, 384), np.float32))
+
+
+async def test_api_batch_errors_name_index_and_field():
+    with pytest.raises(InvalidInput) as err:
+        parse_items([{"content": "ok"}, {"content": ""}, {"text": "a", "content": "b"}, {"content": "x", "metadata": 3}])
+    got = {(e["index"], e["field"]) for e in err.value.errors}
+    assert (1, "content") in got and (3, "metadata") in got and any(i == 2 for i, _ in got)
+
+
+async def test_concurrent_ingest_and_retrieve(rt, ns):
+    await _ingest(rt, ns, [{"id": f"m{i}", "content": f"メモ{i}: ベクトル検索の調査"} for i in range(5)])
+    results = await asyncio.gather(*[_ids(rt, "ベクトル検索", ns) for _ in range(6)])
+    assert all(len(ids) >= 1 for ids, _ in results)

@@ -1,0 +1,94 @@
+"""Time expressions, Japanese and English, resolved against a fixed now (a Sunday)."""
+
+from datetime import date, datetime
+
+import pytest
+
+from retrieval.timeexpr import kanji_to_int, parse_time, strip_spans
+
+NOW = datetime.fromisoformat("2026-11-22T12:00:00+09:00")
+
+
+def days(text: str, recent_days: int = 14):
+    r = parse_time(text, NOW, "Asia/Tokyo", recent_days).range
+    assert r is not None, text
+    return r.start.date(), r.end.date(), r.relative
+
+
+@pytest.mark.parametrize(
+    "text,start,end,relative",
+    [
+        ("今日の予定", date(2026, 11, 22), date(2026, 11, 23), "today"),
+        ("昨日の会議", date(2026, 11, 21), date(2026, 11, 22), "yesterday"),
+        ("一昨日の打ち合わせ", date(2026, 11, 20), date(2026, 11, 21), "day_before_yesterday"),
+        ("おとといの話", date(2026, 11, 20), date(2026, 11, 21), "day_before_yesterday"),
+        ("3日前に読んだ", date(2026, 11, 19), date(2026, 11, 20), "3_days_ago"),
+        ("三日前の夕飯", date(2026, 11, 19), date(2026, 11, 20), "3_days_ago"),
+        ("今週やったこと", date(2026, 11, 16), date(2026, 11, 23), "this_week"),
+        ("先週のIntent", date(2026, 11, 9), date(2026, 11, 16), "last_week"),
+        ("来週の予定", date(2026, 11, 23), date(2026, 11, 30), "next_week"),
+        ("先々週の件", date(2026, 11, 2), date(2026, 11, 9), "week_before_last"),
+        ("今月の振り返り", date(2026, 11, 1), date(2026, 12, 1), "this_month"),
+        ("先月の支出", date(2026, 10, 1), date(2026, 11, 1), "last_month"),
+        ("今年の目標", date(2026, 1, 1), date(2027, 1, 1), "this_year"),
+        ("去年の旅行", date(2025, 1, 1), date(2026, 1, 1), "last_year"),
+        ("昨年の旅行", date(2025, 1, 1), date(2026, 1, 1), "last_year"),
+        ("2025年1月の記憶", date(2025, 1, 1), date(2025, 2, 1), None),
+        ("2024年2月29日", date(2024, 2, 29), date(2024, 3, 1), None),
+        ("2025-03-04の件", date(2025, 3, 4), date(2025, 3, 5), None),
+        ("2024年の夏", date(2024, 6, 1), date(2024, 9, 1), None),
+        ("2022年の冬休み", date(2022, 12, 1), date(2023, 3, 1), None),
+        ("昨年の4月に引っ越した", date(2025, 4, 1), date(2025, 5, 1), None),
+        ("3月の会議", date(2026, 3, 1), date(2026, 4, 1), None),
+        ("12月の会議", date(2025, 12, 1), date(2026, 1, 1), None),
+        ("today", date(2026, 11, 22), date(2026, 11, 23), "today"),
+        ("notes from yesterday", date(2026, 11, 21), date(2026, 11, 22), "yesterday"),
+        ("what did I do last week", date(2026, 11, 9), date(2026, 11, 16), "last_week"),
+        ("5 days ago", date(2026, 11, 17), date(2026, 11, 18), "5_days_ago"),
+        ("in March 2025", date(2025, 3, 1), date(2025, 4, 1), None),
+        ("last month", date(2026, 10, 1), date(2026, 11, 1), "last_month"),
+        ("summer of 2024", date(2024, 6, 1), date(2024, 9, 1), None),
+    ],
+)
+def test_ranges(text, start, end, relative):
+    assert days(text) == (start, end, relative)
+
+
+def test_weeks_ago_is_a_window_around_that_day():
+    s, e, rel = days("1週間前に読んだ本")
+    assert s <= date(2026, 11, 15) < e and rel == "1_weeks_ago"
+    assert date(2026, 10, 1) < s
+
+
+def test_recent_window_is_configurable():
+    s, e, rel = days("最近の体調", recent_days=30)
+    assert rel == "recent" and s == date(2026, 10, 23) and e == date(2026, 11, 23)
+
+
+def test_life_stage_is_a_hint_not_a_range():
+    tp = parse_time("高校の頃の友達", NOW)
+    assert tp.range is None and tp.hints == ["高校の頃"]
+
+
+def test_year_is_also_kept_as_a_hint():
+    tp = parse_time("1980年に起きた事件", NOW)
+    assert "1980" in tp.hints and tp.range.start.year == 1980
+
+
+def test_no_time_words():
+    assert parse_time("ベクトル検索とキーワード検索の違い", NOW).range is None
+
+
+def test_invalid_dates_are_ignored():
+    assert parse_time("2025年2月30日", NOW).range.start.date() == date(2025, 2, 1)
+
+
+def test_monday_first_weeks_on_a_monday():
+    monday = datetime.fromisoformat("2026-11-16T09:00:00+09:00")
+    r = parse_time("今週", monday).range
+    assert r.start.date() == date(2026, 11, 16)
+
+
+def test_strip_spans_and_kanji_numbers():
+    assert strip_spans("先週のIntent", [(0, 2)]) == "  のIntent"
+    assert kanji_to_int("十二") == 12 and kanji_to_int("二十") == 20 and kanji_to_int("7") == 7
