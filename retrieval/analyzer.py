@@ -84,8 +84,10 @@ class QueryAnalyzer:
         now = now or datetime.now(self.tz)
         tp = parse_time(text, now, self.tz, self.recent_days)
         qtype = classify(text, self.dictionary, has_time=tp.range is not None)
-        # Time words describe when, not what: keep them out of the keyword legs.
-        body = strip_spans(text, tp.spans) if tp.spans else text
+        # Relative time words (先週, 最近) describe when, not what: keep them out of the keyword
+        # legs. Written dates (1910年, 2025年3月) stay: in a question they are often content.
+        relative = [(s, e) for s, e in tp.spans if not any(ch.isdigit() for ch in text[s:e])]
+        body = strip_spans(text, relative) if relative else text
         toks = self.nlp.tokens(body)
         keywords = _unique(terms_from_tokens(toks))
         entities: list[Entity] = self.nlp.entities(body, toks)

@@ -29,7 +29,7 @@ from retrieval.errors import (
     StoreUnavailable,
 )
 from retrieval.ingest import MemoryIn, ingest
-from retrieval.models import RetrievalOptions, Strategy, TimeRange
+from retrieval.models import RetrievalOptions, Source, Strategy, TimeRange
 from retrieval.runtime import Runtime, open_runtime
 
 logger = logging.getLogger(__name__)
@@ -201,6 +201,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         "concurrent vector / BM25 keyword / temporal / trigram search, fusion and reranking.",
         lifespan=lifespan,
     )
+    m.init_series([s.value for s in Strategy], [s.value for s in Source])
     app.state.api_keys = settings.parsed_api_keys()
     app.state.settings = settings
 

@@ -49,3 +49,22 @@ def timed_ms() -> Iterator[list[float]]:
         yield box
     finally:
         box[0] = (time.perf_counter() - t0) * 1000.0
+
+
+def init_series(strategies: list[str], sources: list[str]) -> None:
+    """Create every bounded label combination at zero, so dashboards show 0, not "no data"."""
+    for s in strategies:
+        RETRIEVAL_LATENCY.labels(s)
+        STRATEGY_USAGE.labels(s)
+        EMPTY_RESULTS.labels(s)
+        DEGRADED.labels(s)
+    for src in sources:
+        SEARCH_LATENCY.labels(src)
+        SOURCE_TIMEOUTS.labels(src)
+        SOURCE_ERRORS.labels(src)
+    for stage in ("analyze", "embed"):
+        STAGE_LATENCY.labels(stage)
+    for op in ("insert", "update"):
+        INGESTED.labels(op)
+    for kind in ("negative", "positive"):
+        FEEDBACK.labels(kind)

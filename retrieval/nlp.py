@@ -17,13 +17,16 @@ from retrieval.models import Entity
 
 logger = logging.getLogger(__name__)
 
+# Bump when the index terms change (stop words, POS rules): cached eval indexes are rebuilt.
+TOKENIZER_VERSION = "2"
+
 # Sudachi POS prefixes (token.tag_) whose words carry content.
 _CONTENT_POS = ("名詞", "動詞-一般", "形容詞-一般", "形状詞")
 _DROP_POS = ("名詞-数詞",)  # numbers are kept by the digit rule below, in their written form
 
 # Words frequent enough to say nothing on their own; BM25's IDF handles the rest.
 STOP_WORDS = frozenset(
-    ["こと", "もの", "ため", "よう", "これ", "それ", "あれ", "どれ", "ここ", "そこ", "どこ", "事", "物", "為", "様", "方", "中", "上", "下", "所", "時", "頃", "する", "為る", "ある", "有る", "いる", "居る", "なる", "成る", "できる", "出来る", "れる", "られる", "せる", "いう", "言う", "思う", "おもう", "教える", "知る", "何", "誰", "いつ", "何時", "なぜ", "どう", "どの", "どんな", "如何", "みたい", "a", "an", "the", "of", "to", "in", "on", "at", "for", "by", "with", "from", "and", "or", "but", "is", "are", "was", "were", "be", "been", "being", "it", "its", "this", "that", "these", "those", "what", "which", "who", "whom", "when", "where", "why", "how", "do", "does", "did", "done", "have", "has", "had", "can", "could", "should", "would", "will", "shall", "may", "might", "about", "into", "than", "then", "there", "their", "they", "we", "you", "i", "me", "my", "our", "your", "he", "she", "his", "her", "them", "not", "no", "yes", "as", "so", "if"]
+    ["こと", "もの", "ため", "よう", "これ", "それ", "あれ", "どれ", "ここ", "そこ", "どこ", "事", "物", "為", "様", "方", "中", "上", "下", "所", "時", "頃", "する", "為る", "ある", "有る", "いる", "居る", "なる", "成る", "できる", "出来る", "れる", "られる", "せる", "いう", "言う", "思う", "おもう", "教える", "知る", "何", "誰", "いつ", "何時", "なぜ", "どう", "どの", "どんな", "如何", "みたい", "何人", "何歳", "何年", "何回", "何個", "何日", "何月", "何度", "何番", "何色", "何語", "何処", "何故", "幾つ", "a", "an", "the", "of", "to", "in", "on", "at", "for", "by", "with", "from", "and", "or", "but", "is", "are", "was", "were", "be", "been", "being", "it", "its", "this", "that", "these", "those", "what", "which", "who", "whom", "when", "where", "why", "how", "do", "does", "did", "done", "have", "has", "had", "can", "could", "should", "would", "will", "shall", "may", "might", "about", "into", "than", "then", "there", "their", "they", "we", "you", "i", "me", "my", "our", "your", "he", "she", "his", "her", "them", "not", "no", "yes", "as", "so", "if"]
 )
 
 _LATIN_RE = re.compile(r"^[A-Za-z][A-Za-z0-9._+\-]*$")

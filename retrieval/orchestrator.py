@@ -155,7 +155,7 @@ class Orchestrator:
                 f"{k}: {r.error}" for k, r in reports.items()))
 
         t_rr = time.perf_counter()
-        scored, counts = rerank(per_source, p.preset, now=now, window=window, limit=options.limit)
+        scored, counts = rerank(per_source, p.preset, now=now, window=window, limit=options.limit, query=q)
         stages["rerank"] = (time.perf_counter() - t_rr) * 1000.0
         m.RERANK_LATENCY.observe(stages["rerank"])
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import unicodedata
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
@@ -29,15 +31,29 @@ def minmax(scores: Sequence[float]) -> list[float]:
     return [(s - lo) / (hi - lo) for s in scores]
 
 
+def maxnorm(scores: Sequence[float]) -> list[float]:
+    """Divide by the best score: a flat list stays flat (min-max would stretch a tiny gap to 1)."""
+    if not scores:
+        return []
+    hi = max(scores)
+    return [s / hi if hi > 0 else 0.0 for s in scores]
+
+
+NORMALISERS = {"minmax": minmax, "max": maxnorm}
+
+
 def fuse_weighted(
-    per_source: Mapping[Source, Sequence[Candidate]], weights: Mapping[Source, float]
+    per_source: Mapping[Source, Sequence[Candidate]],
+    weights: Mapping[Source, float],
+    norms: Mapping[Source, str] | None = None,
 ) -> dict[int, tuple[Candidate, dict[str, float], float]]:
-    """Min-max per source, then the weighted sum (spec 3.4.3); missing sources count 0."""
+    """Normalise per source (min-max unless told), then the weighted sum (spec 3.4.3)."""
     out: dict[int, tuple[Candidate, dict[str, float], float]] = {}
     total_w = sum(weights.get(s, 0.0) for s in per_source if per_source[s]) or 1.0
     for source, cands in per_source.items():
         w = weights.get(source, 0.0)
-        for c, n in zip(cands, minmax([c.score for c in cands]), strict=True):
+        norm = NORMALISERS[(norms or {}).get(source, "minmax")]
+        for c, n in zip(cands, norm([c.score for c in cands]), strict=True):
             cand, signals, score = out.get(c.id, (c, {}, 0.0))
             signals[source.value] = c.score
             signals[f"{source.value}_norm"] = n
@@ -59,6 +75,40 @@ def rrf(
             signals[f"{source.value}_rank"] = float(rank)
             out[c.id] = (cand, signals, score + w / (k + rank))
     return out
+
+
+def _clean_chars(text: str) -> str:
+    return "".join(ch for ch in unicodedata.normalize("NFKC", text).lower() if ch.isalnum())
+
+
+def char_ngrams(text: str, n: int = 2) -> set[str]:
+    t = _clean_chars(text)
+    return {t[i : i + n] for i in range(len(t) - n + 1)} if len(t) >= n else ({t} if t else set())
+
+
+def _doc_ngrams_impl(text: str, n: int) -> frozenset[str]:
+    return frozenset(char_ngrams(text, n))
+
+
+# Candidates repeat across queries; a small cache saves most of the n-gram work.
+doc_ngrams = functools.lru_cache(maxsize=1024)(_doc_ngrams_impl)
+
+
+def lexical_overlap(query: str, docs: Mapping[int, str], n: int = 2) -> dict[int, float]:
+    """Character n-gram coverage of the query by each document, weighted by how rare each
+    n-gram is among these documents (ref-llmless-hybrid-rerank's `lex`, made IDF-aware).
+
+    Needs no tokenizer, so it catches what segmentation splits differently in query and text.
+    """
+    q = char_ngrams(query, n)
+    if not q or not docs:
+        return {k: 0.0 for k in docs}
+    grams = {k: doc_ngrams(v, n) & q for k, v in docs.items()}
+    df = {g: sum(1 for s in grams.values() if g in s) for g in q}
+    total = len(docs)
+    w = {g: math.log(1 + total / (1 + df[g])) for g in q}
+    denom = sum(w.values()) or 1.0
+    return {k: sum(w[g] for g in s) / denom for k, s in grams.items()}
 
 
 def recency_factor(created_at: datetime, now: datetime, *, half_life_days: float, weight: float) -> float:
@@ -139,6 +189,8 @@ def explain(r: ScoredResult, window: TimeRange | None, recency: float, inside: b
     if window is not None:
         label = window.relative or window.text or "window"
         text += f"; inside {label}" if inside else f"; outside {label}"
+    if "lex" in r.signals:
+        text += f"; char n-gram overlap {r.signals['lex']:.2f}"
     if recency < 0.999:
         text += f"; recency x{recency:.2f}"
     return text
@@ -151,31 +203,43 @@ def rerank(
     now: datetime,
     window: TimeRange | None = None,
     limit: int = 10,
+    query: str = "",
 ) -> tuple[list[ScoredResult], dict[str, int]]:
-    """Fuse, decay, order (window first), keep the top `rerank_top`, dedupe, threshold, label."""
+    """Fuse, keep the top `rerank_top` (window first), add the character n-gram signal, decay by
+    age, dedupe, threshold, label and explain."""
     fused = (
         rrf(per_source, preset.weights, k=preset.rrf_k)
         if preset.fusion == Fusion.RRF
-        else fuse_weighted(per_source, preset.weights)
+        else fuse_weighted(per_source, preset.weights, preset.norms)
     )
     # RRF scores are tiny (1/61 ...); scale them to [0, 1] so thresholds mean the same thing.
     if preset.fusion == Fusion.RRF and fused:
         best = max(s for _, _, s in fused.values())
         fused = {k: (c, sig, s / best) for k, (c, sig, s) in fused.items()}
+    ordered = sorted(
+        fused.values(),
+        key=lambda x: (in_window(x[0].created_at, window) if preset.window == "first" else True, x[2]),
+        reverse=True,
+    )
+    before = len(ordered)
+    top = ordered[: max(preset.rerank_top, limit)]
+    lex: dict[int, float] = {}
+    if preset.lex_weight > 0 and query:
+        lex = lexical_overlap(query, {c.id: (c.title or "") + c.content for c, _, _ in top}, preset.lex_n)
     scored: list[tuple[bool, ScoredResult, float]] = []
-    for cand, signals, score in fused.values():
+    for cand, signals, score in top:
         rec = recency_factor(cand.created_at, now, half_life_days=preset.recency_half_life_days, weight=preset.recency_weight)
         inside = in_window(cand.created_at, window) if preset.window == "first" else True
         sources: list[str] = [s.value for s in per_source if s.value in signals]
         signals["fused"] = score
+        if lex:
+            signals["lex"] = lex[cand.id]
+            score = (1 - preset.lex_weight) * score + preset.lex_weight * lex[cand.id]
         signals["recency"] = rec
-        r = ScoredResult(cand, score * rec, signals, sources)
-        scored.append((inside, r, rec))
+        scored.append((inside, ScoredResult(cand, score * rec, signals, sources), rec))
     scored.sort(key=lambda x: (x[0], x[1].score), reverse=True)
-    before = len(scored)
-    top = scored[: max(preset.rerank_top, limit)]
-    meta = {r.candidate.id: (inside, rec) for inside, r, rec in top}
-    kept, dropped = dedupe([r for _, r, _ in top], preset.dedupe_threshold)
+    meta = {r.candidate.id: (inside, rec) for inside, r, rec in scored}
+    kept, dropped = dedupe([r for _, r, _ in scored], preset.dedupe_threshold)
     final: list[ScoredResult] = []
     for r in kept:
         inside, rec = meta[r.candidate.id]

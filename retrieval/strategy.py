@@ -30,6 +30,11 @@ class Preset:
     high_score: float = 0.6
     dedupe_threshold: float = 0.95
     rrf_k: int = 60
+    # Per-source score normalisation ("minmax" unless named: "max").
+    norms: Mapping[Source, str] = field(default_factory=lambda: MappingProxyType({}))
+    # Weight of the character n-gram overlap signal (ref-llmless-hybrid-rerank's `lex`).
+    lex_weight: float = 0.0
+    lex_n: int = 2
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,6 +49,8 @@ class Preset:
             "window": self.window,
             "min_score": self.min_score,
             "dedupe_threshold": self.dedupe_threshold,
+            "norms": {s.value: n for s, n in self.norms.items()},
+            "lex_weight": self.lex_weight,
         }
 
 
@@ -51,37 +58,47 @@ def _w(**kw: float) -> Mapping[Source, float]:
     return MappingProxyType({Source(k): v for k, v in kw.items()})
 
 
-# Conceptual questions: meaning over wording.
+# Weights were tuned on the shared dev sets (scripts/tune_fusion.py; docs/benchmarks.md): with
+# min-max normalisation BM25 deserves more weight than e5-small vectors, and the character
+# trigram overlap (`lex`) adds what word segmentation misses. Weights are relative (normalised
+# by the sum of the sources that answered).
+# Conceptual questions: meaning over wording (spec: vector search only), n-gram overlap as a tie-break.
 SEMANTIC_ONLY = Preset(Strategy.SEMANTIC_ONLY, (Source.VECTOR,), Fusion.WEIGHTED, _w(vector=1.0),
-                       recency_weight=0.05)
-# Factual questions with names or terms: wording matters as much as meaning (spec 3.2.2: 0.5/0.5).
+                       recency_weight=0.05, lex_weight=0.3, lex_n=3)
+# Factual questions with names or terms: wording first (spec 3.2.2 raises keyword weight).
 KEYWORD_BOOST = Preset(
     Strategy.KEYWORD_BOOST,
     (Source.VECTOR, Source.KEYWORD, Source.TRIGRAM),
     Fusion.WEIGHTED,
-    _w(vector=0.5, keyword=0.5, trigram=0.15),
+    _w(vector=0.35, keyword=0.6, trigram=0.05),
     recency_weight=0.05,
+    lex_weight=0.5,
+    lex_n=3,
 )
 # A named time window: in-window memories first, ranked by meaning and words.
 TEMPORAL = Preset(
     Strategy.TEMPORAL,
     (Source.TEMPORAL, Source.VECTOR, Source.KEYWORD, Source.TRIGRAM),
     Fusion.WEIGHTED,
-    _w(temporal=0.7, vector=0.7, keyword=0.3, trigram=0.1),
+    _w(temporal=0.4, vector=0.2, keyword=0.4, trigram=0.05),
     window="first",
     recency_weight=0.1,
     recency_half_life_days=30.0,
+    lex_weight=0.3,
+    lex_n=3,
 )
-# Everything else (procedural, comparative, unclassified): all legs, spec weights 0.7/0.3.
+# Everything else (procedural, comparative, unclassified): all legs, meaning and words evenly.
 HYBRID = Preset(
     Strategy.HYBRID,
     (Source.VECTOR, Source.KEYWORD, Source.TRIGRAM),
     Fusion.WEIGHTED,
-    _w(vector=0.7, keyword=0.3, trigram=0.1),
+    _w(vector=0.5, keyword=0.5, trigram=0.05),
     recency_weight=0.05,
+    lex_weight=0.5,
+    lex_n=3,
 )
 # Reciprocal rank fusion of the same legs, k=60 (ref-llmless-hybrid-rerank).
-HYBRID_RRF = replace(HYBRID, fusion=Fusion.RRF, weights=_w(vector=1.0, keyword=1.0, trigram=0.5))
+HYBRID_RRF = replace(HYBRID, fusion=Fusion.RRF, weights=_w(vector=1.0, keyword=1.0, trigram=0.0), lex_weight=0.0)
 # Baselines for evaluation: one leg, raw order.
 VECTOR_ONLY = Preset(Strategy.VECTOR_ONLY, (Source.VECTOR,), Fusion.WEIGHTED, _w(vector=1.0),
                      min_score=0.0, dedupe_threshold=1.01)

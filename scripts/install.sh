@@ -4,11 +4,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
+LOG="$(mktemp)"
+trap 'rm -f "$LOG"' EXIT
+pip_install() {
+  # pip is chatty here (mirror warnings); show its output only when it fails.
+  if ! .venv/bin/python -m pip install --disable-pip-version-check "$@" >"$LOG" 2>&1; then
+    cat "$LOG" >&2
+    echo "install failed: pip install $*" >&2
+    exit 1
+  fi
+}
+pip_install --upgrade pip
 if [ "${1:-}" = "--dev" ]; then
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  pip_install -e '.[dev]'
 else
-  .venv/bin/python -m pip install -q -e .
+  pip_install -e .
 fi
+echo "installed into .venv" >&2
 # The wheel's pgvector needs AVX-512; rebuild it portably where the CPU lacks it.
 bash scripts/ensure_pgvector.sh .venv/bin/python

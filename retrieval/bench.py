@@ -1,0 +1,253 @@
+"""`retrieval bench`: load N memories into a bench database, then measure latency per stage
+(in-process) and end to end over HTTP.
+
+Synthetic memories are pairs of Japanese/English fragments with timestamps over two years.
+Each fragment is embedded once and each memory's vector is the normalised sum of its fragments'
+vectors plus a little noise: vectors live where the text's embeddings live, at any N, without
+embedding N texts. A second run at the same N reuses the loaded data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import random
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlparse, urlunparse
+
+import asyncpg
+import numpy as np
+
+from retrieval.config import Settings
+from retrieval.models import RetrievalOptions
+
+logger = logging.getLogger(__name__)
+
+BENCH_DB = "retrieval_bench"
+NAMESPACE = "bench"
+DATA_VERSION = "bench-v1"
+
+SUBJECTS = [
+    "ジムで筋トレをした", "ランニングで川沿いを走った", "カレーを作った", "映画館でSF映画を観た", "京都へ旅行した",
+    "宏啓さんとResonant Engineの設計レビューをした", "Memory Storeのマイグレーションを実行した",
+    "pgvectorのHNSWインデックスを再構築した", "Grafanaのダッシュボードを設定した", "Sprintの計画会議に出た",
+    "Context Assemblerのプロンプトを調整した", "キーワード検索のBM25を検証した", "RTX-4090のサーバーを借りた",
+    "Reviewed the GIN index with Sato", "Ran a load test against the retrieval service",
+    "Cooked pasta for friends", "Went hiking near Hakone", "Read a book about information retrieval",
+    "体調が悪くて一日休んだ", "本棚を整理した", "新しいキーボードを買った", "佳奈さんとランチに行った",
+]
+DETAILS = [
+    "とても良い一日だった。", "次回は改善点を試したい。", "結果はメモに残した。", "p95は思ったより良かった。",
+    "少し疲れた。", "It went better than expected.", "Notes are in the wiki.", "チームで共有した。",
+    "課題が三つ見つかった。", "天気は雨だった。", "時間が足りなかった。", "次の締切は月末。",
+]
+QUERIES = [
+    "先週のジムでの筋トレ", "昨日の映画", "今月のランニング", "2025年3月の設計レビュー", "最近の体調",
+    "HNSWインデックスの再構築はいつ？", "宏啓さんとのレビューは何を話した？", "RTX-4090のサーバー",
+    "マイグレーションはどうやって実行する？", "ダッシュボードの設定手順", "BM25とベクトル検索の違い",
+    "Resonant Engineとは", "what did we learn from the load test", "hiking near Hakone last month",
+    "カレーの作り方", "how to review the GIN index",
+]
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0}
+    a = np.asarray(values)
+    return {f"p{p}_ms": round(float(np.percentile(a, p)), 2) for p in (50, 95, 99)}
+
+
+def bench_dsn(dsn: str) -> str:
+    """The same server, database `retrieval_bench`."""
+    u = urlparse(dsn)
+    return urlunparse(u._replace(path="/" + BENCH_DB))
+
+
+async def ensure_database(dsn: str) -> str:
+    conn = await asyncpg.connect(dsn)
+    try:
+        if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", BENCH_DB):
+            await conn.execute(f'CREATE DATABASE "{BENCH_DB}"')  # a constant, not user input
+    finally:
+        await conn.close()
+    return bench_dsn(dsn)
+
+
+async def load(rt: Any, n: int, seed: int = 7) -> tuple[bool, float]:
+    """Load n synthetic memories into the bench namespace (reused when already there)."""
+    t0 = time.perf_counter()
+    key = f"{DATA_VERSION}-{n}-{seed}"
+    async with rt.pool.acquire() as conn:
+        if await conn.fetchval("SELECT cache_key FROM namespace_stats WHERE namespace = $1", NAMESPACE) == key:
+            return True, time.perf_counter() - t0
+    frags = SUBJECTS + DETAILS
+    frag_vecs = rt.embedder.embed_passages(frags)
+    frag_terms = [rt.nlp.terms(f) for f in frags]
+    async with rt.pool.acquire() as conn:
+        lex = [r["l"] for r in await conn.fetch(
+            "SELECT tsvector_to_array(to_tsvector('simple', t)) AS l FROM unnest($1::text[]) WITH ORDINALITY x(t, i) ORDER BY i",
+            [" ".join(t) for t in frag_terms])]
+    rng = np.random.default_rng(seed)
+    prng = random.Random(seed)
+    now = datetime.now(rt.analyzer.tz)
+    async with rt.pool.acquire() as conn:
+        await conn.execute("DELETE FROM memories WHERE namespace = $1", NAMESPACE)
+        await conn.execute("DELETE FROM term_df WHERE namespace = $1", NAMESPACE)
+        await conn.execute("DELETE FROM namespace_stats WHERE namespace = $1", NAMESPACE)
+        # Bulk load: indexes are rebuilt once at the end (this database is the bench's own).
+        for idx in ("idx_memories_embedding_hnsw", "idx_memories_content_tsvector", "idx_memories_content_trgm"):
+            await conn.execute(f"DROP INDEX IF EXISTS {idx}")
+        await conn.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS bench_stage (external_id text, content text, memory_type text, "
+            "source_type text, embedding vector, search_tokens text, token_count int, created_at timestamptz, "
+            "term_tf text)"
+        )
+        batch = 10_000
+        for start in range(0, n, batch):
+            rows = []
+            for i in range(start, min(n, start + batch)):
+                a = prng.randrange(len(SUBJECTS))
+                b = len(SUBJECTS) + prng.randrange(len(DETAILS))
+                v = frag_vecs[a] * 0.8 + frag_vecs[b] * 0.2 + rng.normal(0, 0.02, frag_vecs.shape[1])
+                v = (v / np.linalg.norm(v)).astype(np.float32)
+                terms = frag_terms[a] + frag_terms[b]
+                tf = Counter(lex[a]) + Counter(lex[b])
+                created = now - timedelta(days=min(prng.expovariate(1 / 120), 729), minutes=prng.randrange(1440))
+                rows.append((f"b{i}", f"{frags[a]}。{frags[b]}", "episodic", "bench", v, " ".join(terms),
+                             len(terms), created, json.dumps(dict(tf), ensure_ascii=False)))
+            await conn.copy_records_to_table("bench_stage", records=rows)
+            await conn.execute(
+                "INSERT INTO memories (external_id, namespace, content, memory_type, source_type, embedding, "
+                "search_tokens, token_count, created_at, term_tf) SELECT external_id, $1, content, memory_type, "
+                "source_type, embedding, search_tokens, token_count, created_at, term_tf::jsonb FROM bench_stage",
+                NAMESPACE,
+            )
+            await conn.execute("TRUNCATE bench_stage")
+            logger.info("loaded %d/%d", min(n, start + batch), n)
+        await conn.execute("SET maintenance_work_mem = '1GB'")
+        await conn.execute("SET max_parallel_maintenance_workers = 1")
+        await conn.execute("CREATE INDEX idx_memories_content_tsvector ON memories USING gin (content_tsvector)")
+        await conn.execute("CREATE INDEX idx_memories_content_trgm ON memories USING gin (content gin_trgm_ops)")
+        await conn.execute("CREATE INDEX idx_memories_embedding_hnsw ON memories USING hnsw (embedding vector_cosine_ops)")
+        await conn.execute(
+            "INSERT INTO term_df (namespace, term, df) SELECT $1, k, count(*) FROM memories, jsonb_object_keys(term_tf) k "
+            "WHERE namespace = $1 GROUP BY k", NAMESPACE)
+        await conn.execute(
+            "INSERT INTO namespace_stats (namespace, doc_count, total_tokens, cache_key) "
+            "SELECT $1, count(*), sum(token_count), $2 FROM memories WHERE namespace = $1", NAMESPACE, key)
+        await conn.execute("VACUUM ANALYZE memories")
+    return False, time.perf_counter() - t0
+
+
+async def in_process(rt: Any, queries: list[str], concurrency: int, namespace: str = NAMESPACE) -> dict[str, Any]:
+    """Run queries through the orchestrator; latency per stage and per source."""
+    stages: dict[str, list[float]] = defaultdict(list)
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(q: str) -> None:
+        async with sem:
+            resp = await rt.orchestrator.retrieve(q, RetrievalOptions(namespace=namespace, limit=10, log_run=False))
+        md = resp.metadata
+        for k in ("analyze", "embed", "rerank"):
+            stages[k].append(md.stage_latency_ms.get(k, 0.0))
+        for src, rep in md.search_breakdown.items():
+            stages[src].append(rep.latency_ms)
+        stages["total"].append(md.total_latency_ms)
+
+    t = time.perf_counter()
+    await asyncio.gather(*(one(q) for q in queries))
+    wall = time.perf_counter() - t
+    out = {k: _percentiles(v) for k, v in stages.items()}
+    return {"stages": out, "rps": round(len(queries) / wall, 2)}
+
+
+async def over_http(
+    dsn: str, queries: list[str], concurrency: int, namespace: str = NAMESPACE, port: int = 8799
+) -> dict[str, Any]:
+    """Start `retrieval serve` on the bench database and measure client-side latency."""
+    import httpx
+
+    env = {**os.environ, "DATABASE_URL": dsn, "OMP_WAIT_POLICY": "passive", "RETRIEVAL_LOG_RUNS": "false"}
+    proc = subprocess.Popen([sys.executable, "-m", "retrieval.cli", "serve", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                try:
+                    if (await c.get("/readyz")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.5)
+            for q in queries[:10]:  # warm-up
+                await c.post("/v1/retrieve", json={"query": q, "namespace": namespace})
+            lat: list[float] = []
+            errors = 0
+            sem = asyncio.Semaphore(concurrency)
+
+            async def one(q: str) -> None:
+                nonlocal errors
+                async with sem:
+                    t = time.perf_counter()
+                    r = await c.post("/v1/retrieve", json={"query": q, "namespace": namespace})
+                    lat.append((time.perf_counter() - t) * 1000.0)
+                    errors += r.status_code != 200
+
+            t = time.perf_counter()
+            await asyncio.gather(*(one(q) for q in queries))
+            wall = time.perf_counter() - t
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    return {**_percentiles(lat), "rps": round(len(queries) / wall, 2), "errors": errors}
+
+
+async def run_bench_cli(settings: Settings, args: argparse.Namespace) -> int:
+    """The `retrieval bench` command."""
+    from db.embedded import resolve_dsn
+    from retrieval.runtime import open_runtime
+
+    dsn = await asyncio.to_thread(resolve_dsn, settings.database_url, settings.data_dir)
+    bdsn = await ensure_database(dsn)
+    rt = await open_runtime(settings.model_copy(update={"database_url": bdsn, "log_runs": False}))
+    try:
+        ns = NAMESPACE
+        if args.corpus:
+            from retrieval.evaluate import ensure_index
+
+            ns = "bench-corpus"
+            reused, secs = await ensure_index(rt, args.corpus, ns, args.embeddings)
+        else:
+            reused, secs = await load(rt, args.memories)
+        async with rt.pool.acquire() as conn:
+            count = await conn.fetchval("SELECT count(*) FROM memories WHERE namespace = $1", ns)
+        print(f"{count} memories {'reused' if reused else 'loaded'} in {secs:.1f} s", file=sys.stderr)
+        rng = random.Random(1)
+        queries = [rng.choice(QUERIES) for _ in range(args.queries)]
+        inproc = await in_process(rt, queries, args.concurrency, ns)
+    finally:
+        await rt.close()
+    out: dict[str, Any] = {"memories": count, "concurrency": args.concurrency, "in_process_rps": inproc["rps"],
+                           "stages": inproc["stages"]}
+    if not args.no_http:
+        out["http"] = await over_http(bdsn, queries, args.concurrency, ns)
+    if args.json:
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        print(f"memories: {count}   in-process throughput: {inproc['rps']} q/s (concurrency {args.concurrency})")
+        for k, v in out["stages"].items():
+            print(f"  {k:10s} p50 {v['p50_ms']:7.2f}  p95 {v['p95_ms']:7.2f}  p99 {v['p99_ms']:7.2f} ms")
+        if "http" in out:
+            h = out["http"]
+            print(f"  {'http':10s} p50 {h['p50_ms']:7.2f}  p95 {h['p95_ms']:7.2f}  p99 {h['p99_ms']:7.2f} ms"
+                  f"   {h['rps']} req/s, {h['errors']} errors")
+    return 0
