@@ -21,7 +21,11 @@ _TYPE_ORDER = (
     QueryType.TEMPORAL,
     QueryType.FACTUAL,
 )
-_NAME_LIKE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*[A-Za-z0-9]|[\u30A0-\u30FF]{3,}")
+# Model numbers (letters and digits: RTX-4090, pg_trgm, GPT-4), capitalised Latin names, and
+# katakana words of three or more characters; common ones are dropped by the trigram source.
+_NAME_LIKE = re.compile(
+    r"[A-Za-z]+[0-9._\-]+[A-Za-z0-9._\-]*|[A-Za-z]+_[A-Za-z0-9_]+|\b[A-Z][A-Za-z]{2,}\b|[\u30A0-\u30FF]{3,}"
+)
 
 
 @dataclass(frozen=True)

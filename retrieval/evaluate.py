@@ -7,6 +7,7 @@ import argparse
 import hashlib
 import json
 import logging
+import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -179,18 +180,19 @@ async def run_eval_cli(settings: Settings, args: argparse.Namespace) -> int:
     rt = await open_runtime(settings)
     try:
         cached, secs = await ensure_index(rt, args.corpus, namespace, args.embeddings)
+        print(f"index {'reused' if cached else 'built'} in {secs:.1f} s (namespace {namespace})", file=sys.stderr)
         res = await run_eval(rt, queries, qrels, namespace=namespace, strategy=args.strategy, limit=args.limit)
     finally:
         await rt.close()
     res.pop("_run")
     if args.json:
-        pass
+        print(json.dumps(res, ensure_ascii=False))
     else:
-        for k, _v in res.items():
+        for k, v in res.items():
             if k != "by_strategy":
-                pass
-        for _s, _sub in res.get("by_strategy", {}).items():
-            pass
+                print(f"{k:12s} {v}")
+        for s, sub in res.get("by_strategy", {}).items():
+            print(f"  {s:14s} " + "  ".join(f"{k}={v}" for k, v in sub.items()))
     return 0
 
 

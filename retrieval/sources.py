@@ -62,20 +62,19 @@ MAX_TRIGRAM_TERMS = 6
 
 def _trigram_sql(n: int) -> str:
     # One ILIKE per term, OR-ed: the pg_trgm GIN index serves LIKE patterns (a bitmap OR), but
-    # not regexes on Japanese text under the C.UTF-8 locale, nor `LIKE ANY(array)`.
+    # not regexes on Japanese text under the C.UTF-8 locale, nor `LIKE ANY(array)`. Scoring is
+    # containment only: word_similarity() on every matched row cost seconds on common names.
     likes = " OR ".join(f"m.content ILIKE ${8 + i}" for i in range(n))
+    hits = " + ".join(f"(m.content ILIKE ${8 + i})::int * length(${8 + i})" for i in range(n))
     return f"""
-SELECT {_COLS},
-       (SELECT sum(CASE WHEN strpos(lower(m.content), lower(t)) > 0 THEN 1.0
-                        ELSE word_similarity(t, m.content) END)
-        FROM unnest($6::text[]) t) / cardinality($6::text[]) AS score
+SELECT {_COLS}, ({hits})::float8 / $6::float8 AS score
 FROM memories m
 WHERE ({likes}) AND {_WHERE}
 ORDER BY score DESC, m.created_at DESC LIMIT $7"""
 
 
-# Returns live memories containing any of 1..6 name-like strings, scored by containment (or
-# else trigram word similarity), averaged over the strings. Index = number of strings.
+# Returns live memories containing any of 1..6 name-like strings, scored by the share of the
+# strings' characters that they contain (longer names weigh more). Index = number of strings.
 TRIGRAM_SQL = {n: _trigram_sql(n) for n in range(1, MAX_TRIGRAM_TERMS + 1)}
 
 
@@ -213,15 +212,32 @@ def trigram_terms(intent: QueryIntent) -> list[str]:
     return out[:MAX_TRIGRAM_TERMS]
 
 
+# Returns the document frequency of the given lexemes in a namespace, with its size.
+NAME_DF_SQL = """
+SELECT d.term, d.df, s.doc_count FROM term_df d JOIN namespace_stats s ON s.namespace = d.namespace
+WHERE d.namespace = $1 AND d.term = ANY($2::text[])"""
+
+
 async def trigram(ctx: SearchContext) -> list[Candidate]:
     """Character n-gram matches of names and model numbers that tokenizers split badly."""
     terms = trigram_terms(ctx.intent)
     if not terms:
         return []
+    async with ctx.pool.acquire() as conn:
+        common = {
+            r["term"] for r in await conn.fetch(NAME_DF_SQL, ctx.filters.namespace, [t.lower() for t in terms],
+                                                timeout=ctx.timeout_s)
+            # A name in more than 1% of the memories is no name to pick memories by.
+            if r["df"] > max(0.01 * r["doc_count"], 20)
+        }
+    terms = [t for t in terms if t.lower() not in common]
+    if not terms:
+        return []
     patterns = ["%" + like_escape(t) + "%" for t in terms]
+    total = float(sum(len(p) for p in patterns))
     async with ctx.pool.acquire() as conn:
         rows = await conn.fetch(
-            TRIGRAM_SQL[len(terms)], *ctx.where_args(), terms, ctx.k, *patterns, timeout=ctx.timeout_s
+            TRIGRAM_SQL[len(terms)], *ctx.where_args(), total, ctx.k, *patterns, timeout=ctx.timeout_s
         )
     return _rows(rows, Source.TRIGRAM)
 

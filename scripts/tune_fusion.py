@@ -27,7 +27,7 @@ from retrieval.evaluate import ensure_index, read_qrels, read_queries, score  # 
 from retrieval.models import Filters, Fusion, Source  # noqa: E402
 from retrieval.rerank import rerank  # noqa: E402
 from retrieval.sources import SOURCES, SearchContext  # noqa: E402
-from retrieval.strategy import HYBRID, PRESETS, plan, _w  # noqa: E402
+from retrieval.strategy import HYBRID, PRESETS, _w, plan  # noqa: E402
 
 
 async def collect(args: argparse.Namespace) -> None:

@@ -1,0 +1,98 @@
+"""CLI commands in-process, `retrieval eval` on the shared temporal set, `retrieval bench`."""
+
+import json
+from datetime import datetime
+
+import pytest
+
+from retrieval.cli import main
+from tests.conftest import shared_file
+
+
+@pytest.fixture
+def env(rt, monkeypatch):
+    monkeypatch.setenv("RETRIEVAL_DATA_DIR", str(rt.settings.data_dir))
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    return rt
+
+
+def test_help_lists_every_command(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for cmd in ("serve", "migrate", "ingest", "query", "analyze", "eval", "bench"):
+        assert cmd in out
+
+
+def test_analyze_json(capsys):
+    assert main(["analyze", "先週話したIntentの内容", "--now", "2026-11-22T12:00:00+09:00", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["strategy"] == "temporal" and out["time_range"]["relative"] == "last_week"
+    assert out["time_range"]["start"].startswith("2026-11-09") and "intent" in out["keywords"]
+    assert set(out) >= {"query_type", "keywords", "entities", "time_range", "strategy", "params"}
+
+
+def test_analyze_plain_and_bad_now(capsys):
+    assert main(["analyze", "ベクトル検索とキーワード検索の違い"]) == 0
+    assert "comparative" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["analyze", "x", "--now", "yesterday"])
+    assert e.value.code == 2
+    assert "not an ISO 8601 time" in capsys.readouterr().err
+
+
+def test_migrate_query_and_ingest_errors(env, ns, tmp_path, capsys):
+    assert main(["migrate"]) == 0
+    assert "up to date" in capsys.readouterr().out
+    f = tmp_path / "m.jsonl"
+    f.write_text(json.dumps({"id": "q1", "content": "Grafanaのダッシュボードを設定した"}, ensure_ascii=False) + "\n")
+    assert main(["ingest", str(f), "--namespace", ns]) == 0
+    assert main(["query", "ダッシュボードの設定", "--namespace", ns, "--limit", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "Grafanaのダッシュボード" in out and "found by" in out
+    assert main(["query", "   ", "--namespace", ns]) == 2
+    assert "query: must not be empty" in capsys.readouterr().err
+    assert main(["ingest", str(tmp_path / "missing.jsonl")]) == 2
+
+
+def test_eval_on_temporal_dev(env, capsys):
+    d = shared_file("eval", "temporal_dev")
+    if not d.exists():
+        pytest.skip("shared/eval not present")
+    args = ["eval", "--corpus", str(d / "corpus.jsonl"), "--queries", str(d / "queries.jsonl"),
+            "--qrels", str(d / "qrels.tsv"), "--json"]
+    assert main(args) == 0
+    cap = capsys.readouterr()
+    first = json.loads(cap.out.strip().splitlines()[-1]) if cap.out.strip() else pytest.fail(cap.err[-2000:])
+    assert first["n_queries"] == 63 and first["hit@5"] >= 0.95
+    assert "temporal" in first["by_strategy"]
+    assert main(args) == 0  # the second run reuses the index
+    captured = capsys.readouterr()
+    assert "index reused" in captured.err
+
+
+def test_bench_small(env, capsys):
+    assert main(["bench", "--memories", "300", "--queries", "12", "--concurrency", "2", "--no-http", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["memories"] == 300
+    assert {"analyze", "embed", "rerank", "total", "vector"} <= set(out["stages"])
+    assert out["stages"]["total"]["p95_ms"] > 0
+    assert main(["bench", "--memories", "300", "--queries", "4", "--no-http"]) == 0
+    assert "reused" in capsys.readouterr().err
+
+
+def test_sample_is_shifted_to_now():
+    from retrieval.sample import sample_items
+
+    now = datetime.fromisoformat("2030-01-01T00:00:00+09:00")
+    items, vectors = sample_items(now)
+    assert len(items) >= 200 and vectors.shape == (len(items), 384)
+    assert max(i.created_at for i in items) <= now
+    assert (now - max(i.created_at for i in items)).days < 3
+
+
+def test_vector_probe_passes_here():
+    from db.vector_probe import main as probe
+
+    assert probe() == 0

