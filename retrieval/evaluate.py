@@ -89,6 +89,11 @@ def cache_key(corpus: Path, model: str, schema: int, vectors: Path | None) -> st
     return h.hexdigest()[:32]
 
 
+# Returns how many live memories of a namespace lie in [start, end).
+_IN_WINDOW = """
+SELECT count(*) FROM memories WHERE namespace = $1 AND created_at >= $2 AND created_at < $3
+  AND NOT is_archived AND searchable AND (expires_at IS NULL OR expires_at > now())"""
+
 # Removes a namespace's memories and statistics (a stale eval index).
 _DROP_NAMESPACE = [
     "DELETE FROM memories WHERE namespace = $1",
@@ -141,6 +146,7 @@ async def run_eval(
     run: dict[str, dict[str, float]] = {}
     used: dict[str, str] = {}
     latencies = []
+    windowed = violations = 0
     force = None if strategy == "auto" else Strategy(strategy)
     for q in queries:
         t = time.perf_counter()
@@ -152,10 +158,21 @@ async def run_eval(
         n = len(resp.results)
         run[q.id] = {r.id: float(n - i) for i, r in enumerate(resp.results)}
         used[q.id] = resp.metadata.strategy_used.value
+        tr = resp.metadata.query_intent.time_range
+        if tr is not None and tr.start is not None and tr.end is not None:
+            # The promise of a named window: nothing from outside it in the top 5 while the
+            # window itself holds at least 5 memories.
+            async with rt.pool.acquire() as conn:
+                held = await conn.fetchval(_IN_WINDOW, namespace, tr.start, tr.end)
+            if held >= 5:
+                windowed += 1
+                violations += any(not (tr.start <= r.created_at < tr.end) for r in resp.results[:5])
     out: dict[str, Any] = {"n_queries": len(queries), **score(qrels, run)}
     lat = np.asarray(latencies) if latencies else np.zeros(1)
     out["p50_ms"] = round(float(np.percentile(lat, 50)), 2)
     out["p95_ms"] = round(float(np.percentile(lat, 95)), 2)
+    out["windowed_queries"] = windowed
+    out["window_violations"] = violations
     if strategy == "auto":
         by: dict[str, list[str]] = defaultdict(list)
         for qid, s in used.items():

@@ -243,7 +243,9 @@ def rerank(
     final: list[ScoredResult] = []
     for r in kept:
         inside, rec = meta[r.candidate.id]
-        if r.score < preset.min_score:
+        # The threshold applies to everything but memories inside a window the query named:
+        # those were asked for, and nothing from outside may outrank them.
+        if r.score < preset.min_score and not (preset.window == "first" and window is not None and inside):
             continue
         r.relevance = "high" if r.score >= preset.high_score and inside else "medium"
         if preset.window == "first" and not inside:

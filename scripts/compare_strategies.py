@@ -19,7 +19,7 @@ from retrieval.config import Settings  # noqa: E402
 from retrieval.evaluate import ensure_index, read_qrels, read_queries, run_eval  # noqa: E402
 
 STRATEGIES = ["auto", "vector_only", "keyword_only", "semantic_only", "keyword_boost", "hybrid", "temporal"]
-COLS = ["mrr@10", "hit@1", "hit@5", "ndcg@10", "recall@100", "p50_ms", "p95_ms"]
+COLS = ["mrr@10", "hit@1", "hit@5", "ndcg@10", "recall@100", "p50_ms", "p95_ms", "window_violations"]
 
 
 async def main() -> None:
@@ -42,7 +42,7 @@ async def main() -> None:
         print("|---|" + "---|" * len(COLS))
         for s in args.strategies:
             res = await run_eval(rt, queries, qrels, namespace=ns, strategy=s, limit=100)
-            print(f"| {s} | " + " | ".join(f"{res[c]:.3f}" if c.endswith("0") or "@" in c else f"{res[c]:.1f}"
+            print(f"| {s} | " + " | ".join(f"{res[c]:.3f}" if "@" in c else f"{res[c]}" if c.startswith("window") else f"{res[c]:.1f}"
                                            for c in COLS) + " |", flush=True)
     finally:
         await rt.close()

@@ -66,6 +66,7 @@ def test_eval_on_temporal_dev(env, capsys):
     cap = capsys.readouterr()
     first = json.loads(cap.out.strip().splitlines()[-1]) if cap.out.strip() else pytest.fail(cap.err[-2000:])
     assert first["n_queries"] == 63 and first["hit@5"] >= 0.95
+    assert first["windowed_queries"] > 0 and first["window_violations"] == 0
     assert "temporal" in first["by_strategy"]
     assert main(args) == 0  # the second run reuses the index
     captured = capsys.readouterr()
