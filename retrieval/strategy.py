@@ -72,7 +72,7 @@ KEYWORD_BOOST = Preset(
     Fusion.WEIGHTED,
     _w(vector=0.35, keyword=0.6, trigram=0.05),
     recency_weight=0.05,
-    lex_weight=0.5,
+    lex_weight=0.6,
     lex_n=3,
 )
 # A named time window: in-window memories first, ranked by meaning and words.
@@ -94,7 +94,7 @@ HYBRID = Preset(
     Fusion.WEIGHTED,
     _w(vector=0.5, keyword=0.5, trigram=0.05),
     recency_weight=0.05,
-    lex_weight=0.5,
+    lex_weight=0.6,
     lex_n=3,
 )
 # Reciprocal rank fusion of the same legs, k=60 (ref-llmless-hybrid-rerank).
