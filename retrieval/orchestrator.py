@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -62,6 +63,7 @@ class Orchestrator:
         log_runs: bool = True,
         sources: Mapping[Source, SourceFn] = SOURCES,
         presets: Mapping[Any, Preset] = PRESETS,
+        embed_cache_size: int = 2048,
     ) -> None:
         self.pool = pool
         self.analyzer = analyzer
@@ -74,6 +76,9 @@ class Orchestrator:
         self.sources = sources
         self.presets = presets
         self._background: set[asyncio.Task[None]] = set()
+        # A context assembler asks the same question more than once; embedding is the costliest
+        # stage (~10-25 ms), so repeated texts are embedded once.
+        self._embed_cached = functools.lru_cache(maxsize=embed_cache_size)(embedder.embed_query)
 
     def _timeout_s(self, source: Source) -> float:
         t = self.source_timeout_ms
@@ -123,7 +128,7 @@ class Orchestrator:
         # Embedding and analysis overlap: neither needs the other.
         intent, vecs = await asyncio.gather(
             asyncio.to_thread(timed, "analyze", self.analyzer.analyze, q, now),
-            asyncio.to_thread(timed, "embed", lambda: [self.embedder.embed_query(t) for t in texts]),
+            asyncio.to_thread(timed, "embed", lambda: [self._embed_cached(t) for t in texts]),
         )
         m.STAGE_LATENCY.labels("analyze").observe(stages["analyze"])
         m.STAGE_LATENCY.labels("embed").observe(stages["embed"])

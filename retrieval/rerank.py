@@ -144,10 +144,14 @@ def jaccard(a: set[str], b: set[str]) -> float:
 
 
 def dedupe(
-    results: Sequence[ScoredResult], threshold: float = 0.95, text_threshold: float = 0.9
+    results: Sequence[ScoredResult],
+    threshold: float = 0.95,
+    text_threshold: float = 0.9,
+    *,
+    keep: int | None = None,
 ) -> tuple[list[ScoredResult], list[tuple[str, str]]]:
     """Drop results within `threshold` cosine of a better one (spec 3.4.2) whose text is also
-    nearly the same (character-bigram Jaccard >= text_threshold).
+    nearly the same (character-bigram Jaccard >= text_threshold); stop after `keep` kept.
 
     The text test exists because e5 puts same-template memories of different days at cosine
     0.975-0.994 (measured on shared/eval/temporal_dev), above a copy with changed punctuation
@@ -155,24 +159,30 @@ def dedupe(
     """
     kept: list[ScoredResult] = []
     dropped: list[tuple[str, str]] = []
-    if threshold > 1.0:
-        return list(results), dropped
-    mats: list[np.ndarray] = []
-    grams: list[set[str]] = []
-    for r in results:
-        v = np.asarray(r.candidate.embedding, dtype=np.float32)
-        g = char_bigrams(r.candidate.content)
-        dup = next(
-            (k for k, mv, kg in zip(kept, mats, grams, strict=True)
-             if cosine(v, mv) > threshold and jaccard(g, kg) >= text_threshold),
-            None,
-        )
+    if threshold > 1.0 or not results:
+        return list(results[:keep] if keep else results), dropped
+    mat = np.stack([np.asarray(r.candidate.embedding, dtype=np.float32) for r in results])
+    norms = np.linalg.norm(mat, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    sims = (mat / norms) @ (mat / norms).T
+    kept_idx: list[int] = []
+    grams: dict[int, set[str]] = {}
+    for i, r in enumerate(results):
+        if keep is not None and len(kept) >= keep:
+            break
+        dup = None
+        for j in kept_idx:
+            if sims[i, j] > threshold:
+                gi = grams.setdefault(i, char_bigrams(r.candidate.content))
+                gj = grams.setdefault(j, char_bigrams(results[j].candidate.content))
+                if jaccard(gi, gj) >= text_threshold:
+                    dup = results[j]
+                    break
         if dup is not None:
             dropped.append((r.candidate.external_id, dup.candidate.external_id))
             continue
         kept.append(r)
-        mats.append(v)
-        grams.append(g)
+        kept_idx.append(i)
     return kept, dropped
 
 
@@ -239,14 +249,16 @@ def rerank(
         scored.append((inside, ScoredResult(cand, score * rec, signals, sources), rec))
     scored.sort(key=lambda x: (x[0], x[1].score), reverse=True)
     meta = {r.candidate.id: (inside, rec) for inside, r, rec in scored}
-    kept, dropped = dedupe([r for _, r, _ in scored], preset.dedupe_threshold)
+    # The threshold applies to everything but memories inside a window the query named: those
+    # were asked for, and nothing from outside may outrank them.
+    passing = [
+        r for inside, r, _ in scored
+        if r.score >= preset.min_score or (preset.window == "first" and window is not None and inside)
+    ]
+    kept, dropped = dedupe(passing, preset.dedupe_threshold, keep=limit)
     final: list[ScoredResult] = []
     for r in kept:
         inside, rec = meta[r.candidate.id]
-        # The threshold applies to everything but memories inside a window the query named:
-        # those were asked for, and nothing from outside may outrank them.
-        if r.score < preset.min_score and not (preset.window == "first" and window is not None and inside):
-            continue
         r.relevance = "high" if r.score >= preset.high_score and inside else "medium"
         if preset.window == "first" and not inside:
             r.relevance = "outside_window"

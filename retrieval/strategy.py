@@ -64,7 +64,7 @@ def _w(**kw: float) -> Mapping[Source, float]:
 # by the sum of the sources that answered).
 # Conceptual questions: meaning over wording (spec: vector search only), n-gram overlap as a tie-break.
 SEMANTIC_ONLY = Preset(Strategy.SEMANTIC_ONLY, (Source.VECTOR,), Fusion.WEIGHTED, _w(vector=1.0),
-                       recency_weight=0.05, lex_weight=0.3, lex_n=3)
+                       recency_weight=0.05, lex_weight=0.6, lex_n=3)
 # Factual questions with names or terms: wording first (spec 3.2.2 raises keyword weight).
 KEYWORD_BOOST = Preset(
     Strategy.KEYWORD_BOOST,
