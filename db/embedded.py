@@ -32,3 +32,19 @@ def embedded_dsn(data_dir: Path) -> str:
 def resolve_dsn(database_url: str | None, data_dir: Path) -> str:
     """DATABASE_URL when set, else the embedded server's DSN."""
     return database_url if database_url else embedded_dsn(data_dir)
+
+
+def stop_embedded(data_dir: Path) -> None:
+    """Stop the embedded server of data_dir if one runs (tests start their own and stop it)."""
+    data_dir = Path(data_dir).expanduser().resolve()
+    _servers.pop(data_dir, None)
+    if not (data_dir / "postmaster.pid").exists():
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from pgserver._commands import pg_ctl  # type: ignore[import-untyped]
+
+        try:
+            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir)
+        except Exception as exc:  # already stopped, or not ours to stop
+            logger.warning("could not stop the embedded server in %s: %s", data_dir, exc)

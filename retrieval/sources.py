@@ -46,16 +46,23 @@ JOIN namespace_stats s ON s.namespace = $1"""
 # GIN index (an OR of plainto_tsquery() of each lexeme, so user text never reaches tsquery
 # syntax), term frequencies from term_tf, IDF and average length from term_df/namespace_stats.
 KEYWORD_SQL = f"""
-WITH q AS (SELECT * FROM unnest($6::text[], $7::float8[]) AS q(term, idf))
-SELECT {_COLS}, s.score FROM memories m
+WITH q AS (SELECT * FROM unnest($6::text[], $7::float8[]) AS q(term, idf)),
+cand AS (
+  SELECT m.id FROM memories m
+  WHERE m.content_tsvector @@ (SELECT tsquery_or_agg(plainto_tsquery('simple', x)) FROM unnest($8::text[]) x)
+    AND {_WHERE}
+  LIMIT $13)
+SELECT {_COLS}, s.score FROM cand JOIN memories m ON m.id = cand.id
 CROSS JOIN LATERAL (
   SELECT sum(x.idf * (x.tf * ($10::float8 + 1))
              / (x.tf + $10::float8 * (1 - $11::float8 + $11::float8 * m.token_count / $9::float8))) AS score
   FROM (SELECT q.idf, (m.term_tf ->> q.term)::float8 AS tf FROM q) AS x
   WHERE x.tf IS NOT NULL) AS s
-WHERE m.content_tsvector @@ (SELECT tsquery_or_agg(plainto_tsquery('simple', x)) FROM unnest($8::text[]) x)
-  AND {_WHERE}
 ORDER BY s.score DESC LIMIT $12"""
+
+# At most this many matched memories are BM25-scored (bounds the leg when every query term is
+# common; the selection of terms keeps it far below this on real text).
+MAX_SCORED = 1500
 
 MAX_TRIGRAM_TERMS = 6
 
@@ -155,16 +162,30 @@ async def temporal(ctx: SearchContext) -> list[Candidate]:
     return await _knn(ctx, Source.TEMPORAL, ctx.window)
 
 
-def choose_match_terms(stats: list[tuple[str, int, float]], doc_count: int, *, max_terms: int = 12) -> list[str]:
-    """Terms that select candidates: the rarest ones; very common terms only score, unless alone.
+def choose_match_terms(
+    stats: list[tuple[str, int, float]], doc_count: int, *, max_terms: int = 12, budget: int = 4000
+) -> list[str]:
+    """Terms that select candidates: the rarest first, while their document frequencies add up
+    to at most `budget`; terms in more than 10% of the documents only score.
 
-    A term in more than 10% of the documents would pull thousands of rows into BM25 scoring
-    while adding almost nothing to it.
+    BM25 is computed for every selected document, so the selection bounds the leg's cost: a
+    common term would pull thousands of rows into scoring while adding almost nothing to it.
+    When every term is common, the rarest one alone selects.
     """
     ranked = sorted(stats, key=lambda s: s[2], reverse=True)
     limit = max(doc_count * 0.10, 50)
-    chosen = [t for t, df, _ in ranked if df <= limit][:max_terms]
-    return chosen or [t for t, _, _ in ranked[:2]]
+    chosen: list[str] = []
+    total = 0
+    for term, df, _ in ranked:
+        if df > limit:
+            continue
+        if chosen and total + df > budget:
+            break
+        chosen.append(term)
+        total += df
+        if len(chosen) >= max_terms:
+            break
+    return chosen or [ranked[0][0]] if ranked else []
 
 
 async def keyword(ctx: SearchContext) -> list[Candidate]:
@@ -190,6 +211,7 @@ async def keyword(ctx: SearchContext) -> list[Candidate]:
             ctx.bm25_k1,
             ctx.bm25_b,
             ctx.k,
+            MAX_SCORED,
             timeout=ctx.timeout_s,
         )
     return _rows(rows, Source.KEYWORD)

@@ -16,9 +16,13 @@ SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
 
 
 @pytest.fixture(scope="session")
-def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+def settings(tmp_path_factory: pytest.TempPathFactory):
     data_dir = Path(os.environ.get("RETRIEVAL_TEST_DATA_DIR") or tmp_path_factory.mktemp("pgdata") / "db")
-    return Settings(data_dir=data_dir, source_timeout_ms=5000)
+    yield Settings(data_dir=data_dir, source_timeout_ms=5000)
+    if not os.environ.get("RETRIEVAL_TEST_DATA_DIR") and not os.environ.get("DATABASE_URL"):
+        from db.embedded import stop_embedded
+
+        stop_embedded(data_dir)
 
 
 @pytest.fixture(scope="session")

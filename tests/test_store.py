@@ -59,6 +59,9 @@ def test_concurrent_migrate_from_two_processes(tmp_path):
     assert all(p.returncode == 0 for p in procs), [o[1][-500:] for o in outs]
     applied = sorted(json.loads(o[0]) for o in outs)
     assert applied[0] == [] and applied[1] == [m.version for m in migrations.load_migrations()]
+    from db.embedded import stop_embedded
+
+    stop_embedded(tmp_path / "fresh")
 
 
 async def test_round_trip_japanese_and_english(rt, ns):
