@@ -42,7 +42,7 @@ def stop_embedded(data_dir: Path) -> None:
         return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from pgserver._commands import pg_ctl  # type: ignore[import-untyped]
+        from pgserver._commands import pg_ctl  # type: ignore[attr-defined]
 
         try:
             pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir)
