@@ -60,9 +60,9 @@ CROSS JOIN LATERAL (
   WHERE x.tf IS NOT NULL) AS s
 ORDER BY s.score DESC LIMIT $12"""
 
-# At most this many matched memories are BM25-scored (bounds the leg when every query term is
-# common; the selection of terms keeps it far below this on real text).
-MAX_SCORED = 1500
+# At most this many matched memories are BM25-scored: a safety net for queries whose every term is
+# common (an arbitrary subset is scored then); the rare-term selection keeps real text far below.
+MAX_SCORED = 20000
 
 MAX_TRIGRAM_TERMS = 6
 
