@@ -35,6 +35,8 @@ from retrieval.runtime import Runtime, open_runtime
 logger = logging.getLogger(__name__)
 
 NamespaceStr = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-]+$")]
+MemoryIdPath = Annotated[str, Path(min_length=1, max_length=512)]
+NamespaceQuery = Annotated[str, Query(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-]+$")]
 
 
 class Message(BaseModel):
@@ -307,10 +309,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
 
     @app.get("/v1/memories/{memory_id}", tags=["memories"])
     async def get_memory(
-        memory_id: Annotated[str, Path(max_length=512)],
-        rt: RuntimeDep,
-        scope: ScopeDep,
-        namespace: Annotated[str, Query(min_length=1, max_length=128)] = "default",
+        memory_id: MemoryIdPath, rt: RuntimeDep, scope: ScopeDep, namespace: NamespaceQuery = "default"
     ) -> dict[str, Any]:
         """One memory, archived or not."""
         _check_scope(scope, namespace)
@@ -324,10 +323,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
 
     @app.delete("/v1/memories/{memory_id}", tags=["memories"])
     async def archive_memory(
-        memory_id: Annotated[str, Path(max_length=512)],
-        rt: RuntimeDep,
-        scope: ScopeDep,
-        namespace: Annotated[str, Query(min_length=1, max_length=128)] = "default",
+        memory_id: MemoryIdPath, rt: RuntimeDep, scope: ScopeDep, namespace: NamespaceQuery = "default"
     ) -> dict[str, Any]:
         """Archive a memory: it is kept but never returned by a search again."""
         _check_scope(scope, namespace)
