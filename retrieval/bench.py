@@ -102,7 +102,7 @@ async def load(rt: Any, n: int, seed: int = 7) -> tuple[bool, float]:
     prng = random.Random(seed)
     now = datetime.now(rt.analyzer.tz)
     async with rt.pool.acquire() as conn:
-        await conn.execute("DELETE FROM memories WHERE namespace = $1", NAMESPACE)
+        await conn.execute("DELETE FROM memories WHERE namespace = $1", NAMESPACE, timeout=3600)
         await conn.execute("DELETE FROM term_df WHERE namespace = $1", NAMESPACE)
         await conn.execute("DELETE FROM namespace_stats WHERE namespace = $1", NAMESPACE)
         # Bulk load: indexes are rebuilt once at the end (this database is the bench's own).
@@ -137,16 +137,19 @@ async def load(rt: Any, n: int, seed: int = 7) -> tuple[bool, float]:
             logger.info("loaded %d/%d", min(n, start + batch), n)
         await conn.execute("SET maintenance_work_mem = '1GB'")
         await conn.execute("SET max_parallel_maintenance_workers = 1")
-        await conn.execute("CREATE INDEX idx_memories_content_tsvector ON memories USING gin (content_tsvector)")
-        await conn.execute("CREATE INDEX idx_memories_content_trgm ON memories USING gin (content gin_trgm_ops)")
-        await conn.execute("CREATE INDEX idx_memories_embedding_hnsw ON memories USING hnsw (embedding vector_cosine_ops)")
+        # Index builds at 1M take many minutes: no statement timeout for them.
+        big = 4 * 3600
+        await conn.execute("CREATE INDEX idx_memories_content_tsvector ON memories USING gin (content_tsvector)", timeout=big)
+        await conn.execute("CREATE INDEX idx_memories_content_trgm ON memories USING gin (content gin_trgm_ops)", timeout=big)
+        await conn.execute("CREATE INDEX idx_memories_embedding_hnsw ON memories USING hnsw (embedding vector_cosine_ops)",
+                           timeout=big)
         await conn.execute(
             "INSERT INTO term_df (namespace, term, df) SELECT $1, k, count(*) FROM memories, jsonb_object_keys(term_tf) k "
-            "WHERE namespace = $1 GROUP BY k", NAMESPACE)
+            "WHERE namespace = $1 GROUP BY k", NAMESPACE, timeout=big)
         await conn.execute(
             "INSERT INTO namespace_stats (namespace, doc_count, total_tokens, cache_key) "
             "SELECT $1, count(*), sum(token_count), $2 FROM memories WHERE namespace = $1", NAMESPACE, key)
-        await conn.execute("VACUUM ANALYZE memories")
+        await conn.execute("VACUUM ANALYZE memories", timeout=big)
     return False, time.perf_counter() - t0
 
 
