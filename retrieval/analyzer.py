@@ -112,6 +112,7 @@ class QueryAnalyzer:
             importance=round(min(importance, 1.0), 2),
             language="en" if text.isascii() else "ja",
             name_terms=tuple(names[:8]),
+            name_index_terms=tuple(" ".join(self.nlp.terms(n)) for n in names[:8]),
         )
 
 

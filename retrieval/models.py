@@ -73,8 +73,10 @@ class QueryIntent:
     time_hints: tuple[str, ...] = ()
     importance: float = 0.5
     language: str = "ja"
-    # Strings worth matching character by character (names, model numbers).
+    # Strings worth matching character by character (names, model numbers), and each one's
+    # index terms (space-joined), to look up how common it is.
     name_terms: tuple[str, ...] = ()
+    name_index_terms: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {

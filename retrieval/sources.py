@@ -224,35 +224,50 @@ def like_escape(term: str) -> str:
 
 def trigram_terms(intent: QueryIntent) -> list[str]:
     """Name-like strings of three or more characters (a trigram index needs three)."""
+    return [t for t, _ in _trigram_pairs(intent)]
+
+
+def _trigram_pairs(intent: QueryIntent) -> list[tuple[str, str]]:
+    index_terms = dict(zip(intent.name_terms, intent.name_index_terms, strict=False))
     terms = [t for t in intent.name_terms if len(t) >= 3]
     seen: set[str] = set()
     out = []
     for t in sorted(terms, key=len, reverse=True):
         if not any(t.lower() in s.lower() for s in seen):
             seen.add(t)
-            out.append(t)
+            out.append((t, index_terms.get(t, t)))
     return out[:MAX_TRIGRAM_TERMS]
 
 
-# Returns the document frequency of the given lexemes in a namespace, with its size.
+# Returns, for each name (by position), an upper bound of how many memories contain it: the
+# smallest document frequency of its lexemes (0 when one of them occurs nowhere), and the
+# namespace size.
 NAME_DF_SQL = """
-SELECT d.term, d.df, s.doc_count FROM term_df d JOIN namespace_stats s ON s.namespace = d.namespace
-WHERE d.namespace = $1 AND d.term = ANY($2::text[])"""
+SELECT n.i::int AS i,
+       CASE WHEN count(d.df) < count(*) THEN 0 ELSE min(d.df) END AS df,
+       max(s.doc_count) AS doc_count
+FROM unnest($2::text[]) WITH ORDINALITY AS n(name, i)
+CROSS JOIN LATERAL unnest(to_tsvector('simple', n.name)) AS l
+LEFT JOIN term_df d ON d.namespace = $1 AND d.term = l.lexeme
+CROSS JOIN namespace_stats s
+WHERE s.namespace = $1
+GROUP BY n.i"""
 
 
 async def trigram(ctx: SearchContext) -> list[Candidate]:
     """Character n-gram matches of names and model numbers that tokenizers split badly."""
-    terms = trigram_terms(ctx.intent)
-    if not terms:
+    pairs = _trigram_pairs(ctx.intent)
+    if not pairs:
         return []
+    terms = [t for t, _ in pairs]
     async with ctx.pool.acquire() as conn:
         common = {
-            r["term"] for r in await conn.fetch(NAME_DF_SQL, ctx.filters.namespace, [t.lower() for t in terms],
-                                                timeout=ctx.timeout_s)
+            r["i"] - 1
+            for r in await conn.fetch(NAME_DF_SQL, ctx.filters.namespace, [x for _, x in pairs], timeout=ctx.timeout_s)
             # A name in more than 1% of the memories is no name to pick memories by.
             if r["df"] > max(0.01 * r["doc_count"], 20)
         }
-    terms = [t for t in terms if t.lower() not in common]
+    terms = [t for i, t in enumerate(terms) if i not in common]
     if not terms:
         return []
     patterns = ["%" + like_escape(t) + "%" for t in terms]

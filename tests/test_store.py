@@ -193,3 +193,17 @@ async def test_concurrent_ingest_and_retrieve(rt, ns):
     await _ingest(rt, ns, [{"id": f"m{i}", "content": f"メモ{i}: ベクトル検索の調査"} for i in range(5)])
     results = await asyncio.gather(*[_ids(rt, "ベクトル検索", ns) for _ in range(6)])
     assert all(len(ids) >= 1 for ids, _ in results)
+
+
+async def test_trigram_skips_names_common_in_the_namespace(rt, ns):
+    """A regression: "BM25" is tokenised bm+25 in memories, so looking the raw name up in term_df
+    found nothing and the trigram leg scanned every memory containing it (600 ms at 1M)."""
+    from retrieval.models import Filters
+    from retrieval.sources import SearchContext, trigram
+
+    await _ingest(rt, ns, [{"id": f"c{i}", "content": f"キーワード検索のBM25を検証した{i}"} for i in range(25)]
+                  + [{"id": "rare", "content": "型番RTX-4090のGPUサーバーを借りた"}])
+    for query, expect in (("BM25の検証", []), ("RTX-4090のサーバー", ["rare"])):
+        intent = rt.analyzer.analyze(query)
+        ctx = SearchContext(pool=rt.pool, intent=intent, vectors=[], filters=Filters(namespace=ns), k=10)
+        assert [c.external_id for c in await trigram(ctx)] == expect, query
