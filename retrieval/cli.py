@@ -279,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
         return _err(str(exc))
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `retrieval query ... | head`: the reader left, nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return _err(f"unknown command {args.command}")
 
 
