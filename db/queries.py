@@ -31,9 +31,6 @@ RETURNING external_id"""
 INSERT_FEEDBACK = """
 INSERT INTO feedback (run_id, namespace, external_id, negative, comment) VALUES ($1, $2, $3, $4, $5)"""
 
-# Returns the number of memories in a namespace.
-COUNT_NAMESPACE = "SELECT count(*) FROM memories WHERE namespace = $1"
-
 
 async def check_embedding_model(conn: asyncpg.Connection, model: str, dim: int) -> None:
     """Record the model on first start; refuse a different model or dimension later."""

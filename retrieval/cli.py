@@ -122,25 +122,10 @@ async def _cmd_migrate(settings: Settings) -> int:
     return 0
 
 
-def load_vectors(path: Path, n: int, ids: list[str] | None = None) -> Any:
-    """Read a .npy of n rows; a sibling *_ids.json must list the same ids in the same order."""
-    import numpy as np
-
-    vecs = np.load(path)
-    if vecs.ndim != 2 or vecs.shape[0] != n:
-        raise InvalidInput([{"field": "embeddings", "reason": f"{path} has shape {vecs.shape}, expected {n} rows"}])
-    ids_path = path.with_name(path.stem + "_ids.json")
-    if ids is not None and ids_path.exists():
-        listed = json.loads(ids_path.read_text())
-        if listed != ids:
-            raise InvalidInput([{"field": "embeddings", "reason": f"{ids_path} does not list the corpus ids in order"}])
-    return vecs.astype("float32")
-
-
 async def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from retrieval.ingest import check_precomputed, ingest, read_jsonl
+    from retrieval.ingest import ingest, load_precomputed, read_jsonl
 
     try:
         items = read_jsonl(args.file)
@@ -155,10 +140,7 @@ async def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
         return _err(f"cannot read {args.file}: {exc.strerror}")
     rt = await _open(settings)
     try:
-        vectors = None
-        if args.embeddings:
-            vectors = load_vectors(args.embeddings, len(items), [it.id or "" for it in items])
-            check_precomputed(rt.embedder, items, vectors)
+        vectors = load_precomputed(args.embeddings, items, rt.embedder) if args.embeddings else None
         with tqdm(total=len(items), unit="mem", disable=len(items) < 64 or not sys.stderr.isatty(), file=sys.stderr) as bar:
             rep = await ingest(rt.pool, rt.nlp, rt.embedder, items, namespace=args.namespace, vectors=vectors,
                                batch_size=settings.embed_batch_size, progress=bar.update)

@@ -19,7 +19,7 @@ import numpy as np
 
 from retrieval.config import Settings
 from retrieval.errors import InvalidInput
-from retrieval.ingest import check_precomputed, ingest, read_jsonl
+from retrieval.ingest import ingest, load_precomputed, read_jsonl
 from retrieval.models import RetrievalOptions, Strategy
 
 logger = logging.getLogger(__name__)
@@ -112,12 +112,7 @@ async def ensure_index(rt: Any, corpus: Path, namespace: str, vectors_path: Path
     if stored == key:
         return True, time.perf_counter() - t0
     items = read_jsonl(corpus)
-    vectors = None
-    if vectors_path is not None:
-        from retrieval.cli import load_vectors
-
-        vectors = load_vectors(vectors_path, len(items), [it.id or "" for it in items])
-        check_precomputed(rt.embedder, items, vectors)
+    vectors = load_precomputed(vectors_path, items, rt.embedder) if vectors_path is not None else None
     async with rt.pool.acquire() as conn, conn.transaction():
         for sql in _DROP_NAMESPACE:
             await conn.execute(sql, namespace)

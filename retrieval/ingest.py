@@ -232,6 +232,23 @@ def check_precomputed(embedder: Embedder, items: list[MemoryIn], vectors: np.nda
             raise InvalidInput([{"field": "embeddings", "reason": f"row {i} does not match {embedder.name} (cosine {cos:.3f}); wrong file or model"}])
 
 
+def load_precomputed(path: Path, items: list[MemoryIn], embedder: Embedder) -> np.ndarray:
+    """Precomputed passage vectors for items (row i = item i), refused unless the shape, the
+    ids (a sibling FILE_ids.json, when present) and the configured model all agree."""
+    try:
+        vecs = np.load(path)
+    except (OSError, ValueError) as exc:
+        raise InvalidInput([{"field": "embeddings", "reason": f"cannot read {path}: {exc}"}]) from exc
+    if vecs.ndim != 2 or vecs.shape[0] != len(items):
+        raise InvalidInput([{"field": "embeddings", "reason": f"{path} has shape {vecs.shape}, expected {len(items)} rows"}])
+    ids_path = path.with_name(path.stem + "_ids.json")
+    if ids_path.exists() and json.loads(ids_path.read_text()) != [it.id or "" for it in items]:
+        raise InvalidInput([{"field": "embeddings", "reason": f"{ids_path} does not list the corpus ids in order"}])
+    vecs = vecs.astype(np.float32)
+    check_precomputed(embedder, items, vecs)
+    return vecs
+
+
 async def ingest(
     pool: asyncpg.Pool,
     nlp: JapaneseNLP,

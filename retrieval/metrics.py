@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 from prometheus_client import Counter, Histogram
 
 # A service whose p95 target is tens of milliseconds: resolution where it matters.
@@ -38,17 +34,6 @@ HTTP_REQUESTS = Counter("retrieval_http_requests_total", "HTTP requests", ["rout
 HTTP_LATENCY = Histogram(
     "retrieval_http_request_latency_ms", "HTTP request latency in ms", ["route", "method"], buckets=LATENCY_BUCKETS_MS
 )
-
-
-@contextmanager
-def timed_ms() -> Iterator[list[float]]:
-    """Yield a one-element list that holds the elapsed milliseconds after the block."""
-    box = [0.0]
-    t0 = time.perf_counter()
-    try:
-        yield box
-    finally:
-        box[0] = (time.perf_counter() - t0) * 1000.0
 
 
 def init_series(strategies: list[str], sources: list[str]) -> None:

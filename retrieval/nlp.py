@@ -26,7 +26,16 @@ _DROP_POS = ("名詞-数詞",)  # numbers are kept by the digit rule below, in t
 
 # Words frequent enough to say nothing on their own; BM25's IDF handles the rest.
 STOP_WORDS = frozenset(
-    ["こと", "もの", "ため", "よう", "これ", "それ", "あれ", "どれ", "ここ", "そこ", "どこ", "事", "物", "為", "様", "方", "中", "上", "下", "所", "時", "頃", "する", "為る", "ある", "有る", "いる", "居る", "なる", "成る", "できる", "出来る", "れる", "られる", "せる", "いう", "言う", "思う", "おもう", "教える", "知る", "何", "誰", "いつ", "何時", "なぜ", "どう", "どの", "どんな", "如何", "みたい", "何人", "何歳", "何年", "何回", "何個", "何日", "何月", "何度", "何番", "何色", "何語", "何処", "何故", "幾つ", "a", "an", "the", "of", "to", "in", "on", "at", "for", "by", "with", "from", "and", "or", "but", "is", "are", "was", "were", "be", "been", "being", "it", "its", "this", "that", "these", "those", "what", "which", "who", "whom", "when", "where", "why", "how", "do", "does", "did", "done", "have", "has", "had", "can", "could", "should", "would", "will", "shall", "may", "might", "about", "into", "than", "then", "there", "their", "they", "we", "you", "i", "me", "my", "our", "your", "he", "she", "his", "her", "them", "not", "no", "yes", "as", "so", "if"]
+    """
+    こと もの ため よう これ それ あれ どれ ここ そこ どこ 事 物 為 様 方 中 上 下 所 時 頃
+    する 為る ある 有る いる 居る なる 成る できる 出来る れる られる せる いう 言う
+    思う おもう 教える 知る 何 誰 いつ 何時 なぜ どう どの どんな 如何 みたい
+    何人 何歳 何年 何回 何個 何日 何月 何度 何番 何色 何語 何処 何故 幾つ
+    a an the of to in on at for by with from and or but is are was were be been being it its
+    this that these those what which who whom when where why how do does did done have has had
+    can could should would will shall may might about into than then there their they we you i
+    me my our your he she his her them not no yes as so if
+    """.split()  # noqa: SIM905 - a word list reads better as words
 )
 
 _LATIN_RE = re.compile(r"^[A-Za-z][A-Za-z0-9._+\-]*$")
@@ -162,7 +171,7 @@ def cheap_entities(toks: list[Token]) -> list[Entity]:
     for tok in toks:
         if "固有名詞" in tok.tag:
             tok_label = next((lab for key, lab in _ENTITY_LABELS if key in tok.tag), "ProperNoun")
-            if run and not label or not run:
+            if not run or not label:
                 label = tok_label
             run.append(tok)
         elif (

@@ -8,12 +8,12 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import asyncpg
-import numpy as np
 
 from db.runs import insert_run
 from retrieval import metrics as m
@@ -279,10 +279,5 @@ class Orchestrator:
 
 
 def _with_timeout(ctx: SearchContext, timeout: float) -> SearchContext:
-    from dataclasses import replace
-
     return replace(ctx, timeout_s=timeout)
 
-
-def as_vector(v: Any) -> np.ndarray:
-    return np.asarray(v, dtype=np.float32)

@@ -127,13 +127,6 @@ def in_window(created_at: datetime, window: TimeRange | None) -> bool:
     return not (window.end is not None and created_at >= window.end)
 
 
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
-    if na == 0 or nb == 0:
-        return 0.0
-    return float(np.dot(a, b) / (na * nb))
-
-
 def char_bigrams(text: str) -> set[str]:
     t = "".join(text.split())
     return {t[i : i + 2] for i in range(len(t) - 1)} or {t}

@@ -6,7 +6,6 @@ expiry, archive and `searchable` through the same WHERE clause ($1..$5).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -222,12 +221,9 @@ def like_escape(term: str) -> str:
     return term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def trigram_terms(intent: QueryIntent) -> list[str]:
-    """Name-like strings of three or more characters (a trigram index needs three)."""
-    return [t for t, _ in _trigram_pairs(intent)]
-
-
-def _trigram_pairs(intent: QueryIntent) -> list[tuple[str, str]]:
+def trigram_terms(intent: QueryIntent) -> list[tuple[str, str]]:
+    """Name-like strings of three or more characters (a trigram index needs three), each with
+    its index terms."""
     index_terms = dict(zip(intent.name_terms, intent.name_index_terms, strict=False))
     terms = [t for t in intent.name_terms if len(t) >= 3]
     seen: set[str] = set()
@@ -256,7 +252,7 @@ GROUP BY n.i"""
 
 async def trigram(ctx: SearchContext) -> list[Candidate]:
     """Character n-gram matches of names and model numbers that tokenizers split badly."""
-    pairs = _trigram_pairs(ctx.intent)
+    pairs = trigram_terms(ctx.intent)
     if not pairs:
         return []
     terms = [t for t, _ in pairs]
@@ -288,7 +284,3 @@ SOURCES: Mapping[Source, SourceFn] = MappingProxyType(
     }
 )
 
-
-def idf(n: int, df: int) -> float:
-    """BM25's IDF (the +1 form, never negative); exposed for tests and docs."""
-    return math.log(1 + (n - df + 0.5) / (df + 0.5))

@@ -207,3 +207,18 @@ async def test_trigram_skips_names_common_in_the_namespace(rt, ns):
         intent = rt.analyzer.analyze(query)
         ctx = SearchContext(pool=rt.pool, intent=intent, vectors=[], filters=Filters(namespace=ns), k=10)
         assert [c.external_id for c in await trigram(ctx)] == expect, query
+
+
+def test_precomputed_vectors_file_errors_name_the_field(embedder, tmp_path):
+    from retrieval.ingest import load_precomputed
+
+    items = parse_items([{"id": "a", "content": "呼吸のリズム"}, {"id": "b", "content": "カレーを作った"}])
+    with pytest.raises(InvalidInput, match="cannot read"):
+        load_precomputed(tmp_path / "missing.npy", items, embedder)
+    path = tmp_path / "v.npy"
+    np.save(path, embedder.embed_passages([i.content for i in items]))
+    (tmp_path / "v_ids.json").write_text(json.dumps(["b", "a"]))
+    with pytest.raises(InvalidInput, match="ids in order"):
+        load_precomputed(path, items, embedder)
+    (tmp_path / "v_ids.json").write_text(json.dumps(["a", "b"]))
+    assert load_precomputed(path, items, embedder).shape == (2, 384)
