@@ -178,6 +178,11 @@ class _HTTPError(Exception):
         self.message = message
 
 
+def _count_rejected_ingest(request: Request) -> None:
+    if request.method == "POST" and request.url.path == "/v1/memories":
+        m.INGEST_ERRORS.inc()
+
+
 def _check_scope(scope: frozenset[str] | None, namespace: str) -> None:
     if scope is not None and namespace not in scope:
         raise _HTTPError(403, f"this API key may not use namespace {namespace!r}")
@@ -222,7 +227,8 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
             m.HTTP_LATENCY.labels(path, request.method).observe((time.perf_counter() - t0) * 1000.0)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        _count_rejected_ingest(request)
         detail = [
             {"loc": list(e.get("loc", [])), "field": ".".join(str(p) for p in e.get("loc", [])[1:]) or "body",
              "msg": e.get("msg", "invalid"), "type": e.get("type", "")}
@@ -231,7 +237,8 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         return JSONResponse({"detail": detail}, status_code=422)
 
     @app.exception_handler(InvalidInput)
-    async def _invalid(_: Request, exc: InvalidInput) -> JSONResponse:
+    async def _invalid(request: Request, exc: InvalidInput) -> JSONResponse:
+        _count_rejected_ingest(request)
         detail = [{"loc": ["body", *([e["index"]] if "index" in e else []), e.get("field", "")],
                    "field": str(e.get("field", "")), "msg": str(e.get("reason", "invalid"))} for e in exc.errors]
         return JSONResponse({"detail": detail}, status_code=422)

@@ -86,10 +86,14 @@ async def test_malformed_json_is_422(client):
 
 
 async def test_bad_batch_is_rejected_whole(client, ns):
+    from retrieval import metrics
+
+    rejected = metrics.INGEST_ERRORS._value.get()
     r = await client.post("/v1/memories", json={"namespace": ns, "memories": [
         {"id": "ok", "content": "fine"}, {"id": "bad", "content": ""}]})
     assert r.status_code == 422
     assert r.json()["detail"][0]["loc"][:4] == ["body", "memories", 1, "content"]
+    assert metrics.INGEST_ERRORS._value.get() == rejected + 1
     assert (await client.get(f"/v1/memories/ok?namespace={ns}")).status_code == 404
 
 
