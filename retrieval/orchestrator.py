@@ -14,6 +14,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import asyncpg
+import numpy as np
 
 from db.runs import insert_run
 from retrieval import metrics as m
@@ -32,7 +33,7 @@ from retrieval.models import (
     SourceReport,
 )
 from retrieval.rerank import rerank
-from retrieval.sources import SOURCES, SearchContext, SourceFn
+from retrieval.sources import SOURCES, TEXT_ONLY_SOURCES, SearchContext, SourceFn
 from retrieval.strategy import PRESETS, Plan, Preset, plan
 
 logger = logging.getLogger(__name__)
@@ -125,13 +126,17 @@ class Orchestrator:
 
         ctx_q = context_query(q, options.recent_conversation)
         texts = [q] if ctx_q is None else [q, ctx_q]
-        # Embedding and analysis overlap: neither needs the other.
-        intent, vecs = await asyncio.gather(
-            asyncio.to_thread(timed, "analyze", self.analyzer.analyze, q, now),
-            asyncio.to_thread(timed, "embed", lambda: [self._embed_cached(t) for t in texts]),
+        # The embedding (the costliest stage) overlaps the analysis and the sources that need
+        # no vector: those start as soon as the analysis has chosen the plan.
+        embedding = asyncio.ensure_future(
+            asyncio.to_thread(timed, "embed", lambda: [self._embed_cached(t) for t in texts])
         )
+        try:
+            intent = await asyncio.to_thread(timed, "analyze", self.analyzer.analyze, q, now)
+        except BaseException:
+            embedding.cancel()
+            raise
         m.STAGE_LATENCY.labels("analyze").observe(stages["analyze"])
-        m.STAGE_LATENCY.labels("embed").observe(stages["embed"])
 
         p = plan(intent, limit=options.limit, force=options.force_strategy, time_range=None, presets=self.presets)
         hard = options.time_range
@@ -146,14 +151,19 @@ class Orchestrator:
         ctx = SearchContext(
             pool=self.pool,
             intent=intent,
-            vectors=list(vecs),
+            vectors=[],
             filters=filters,
             k=max(p.preset.candidates_per_source, options.limit),
             window=window,
         )
         t_search = time.perf_counter()
-        per_source, reports = await self._search(ctx, p)
+        per_source, reports = await self._search(ctx, p, embedding)
         stages["search"] = (time.perf_counter() - t_search) * 1000.0
+        if embedding.done() and not embedding.cancelled() and embedding.exception() is None:
+            m.STAGE_LATENCY.labels("embed").observe(stages["embed"])
+        else:  # no vector source ran (or the embedding failed and those sources say so)
+            embedding.cancel()
+            stages.pop("embed", None)
 
         if reports and all(r.status == "error" for r in reports.values()):
             raise StoreUnavailable("no search source could run: " + ", ".join(
@@ -232,17 +242,28 @@ class Orchestrator:
             )
         return RetrievalResponse(results=results, metadata=meta)
 
-    async def _search(self, ctx: SearchContext, p: Plan) -> tuple[dict[Source, list[Candidate]], dict[str, SourceReport]]:
-        """Run the plan's sources concurrently, each under its own timeout."""
+    async def _search(
+        self, ctx: SearchContext, p: Plan, embedding: asyncio.Future[list[np.ndarray]]
+    ) -> tuple[dict[Source, list[Candidate]], dict[str, SourceReport]]:
+        """Run the plan's sources concurrently, each under its own timeout; a source that needs
+        the query's vectors waits for the embedding first (its timeout starts after it)."""
 
         async def run(source: Source) -> tuple[Source, list[Candidate], SourceReport]:
             fn = self.sources.get(source)
             if fn is None:
                 return source, [], SourceReport(source.value, 0.0, 0, "error", "no such source")
+            sctx = ctx
+            if source not in TEXT_ONLY_SOURCES:
+                try:
+                    sctx = replace(ctx, vectors=list(await asyncio.shield(embedding)))
+                except Exception as exc:  # the embedding failed: the vector legs cannot run
+                    m.SOURCE_ERRORS.labels(source.value).inc()
+                    logger.warning("source %s skipped: embedding failed: %s", source.value, exc)
+                    return source, [], SourceReport(source.value, 0.0, 0, "error", f"embedding failed: {type(exc).__name__}")
             timeout = self._timeout_s(source)
             t = time.perf_counter()
             try:
-                got = await asyncio.wait_for(fn(_with_timeout(ctx, timeout)), timeout=timeout)
+                got = await asyncio.wait_for(fn(_with_timeout(sctx, timeout)), timeout=timeout)
                 ms = (time.perf_counter() - t) * 1000.0
                 m.SEARCH_LATENCY.labels(source.value).observe(ms)
                 return source, got, SourceReport(source.value, ms, len(got), "ok")

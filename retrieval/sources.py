@@ -41,41 +41,47 @@ FROM unnest(to_tsvector('simple', $2)) AS l
 JOIN term_df d ON d.namespace = $1 AND d.term = l.lexeme AND d.df > 0
 JOIN namespace_stats s ON s.namespace = $1"""
 
-# Returns the k best live memories by BM25 over the Japanese token column: candidates from the
-# GIN index (an OR of plainto_tsquery() of each lexeme, so user text never reaches tsquery
-# syntax), term frequencies from term_tf, IDF and average length from term_df/namespace_stats.
+# Returns the k best live memories by BM25 over the Japanese token column. Per query term, its
+# $10 highest-impact postings (all of them for a rarer term: exact BM25 there); IDF and average
+# length from term_df/namespace_stats; the filters are checked best score first. Terms arrive as
+# an array parameter, so user text never reaches SQL or tsquery syntax.
 KEYWORD_SQL = f"""
 WITH q AS (SELECT * FROM unnest($6::text[], $7::float8[]) AS q(term, idf)),
-cand AS (
-  SELECT m.id FROM memories m
-  WHERE m.content_tsvector @@ (SELECT tsquery_or_agg(plainto_tsquery('simple', x)) FROM unnest($8::text[]) x)
-    AND {_WHERE}
-  LIMIT $13)
-SELECT {_COLS}, s.score FROM cand JOIN memories m ON m.id = cand.id
-CROSS JOIN LATERAL (
-  SELECT sum(x.idf * (x.tf * ($10::float8 + 1))
-             / (x.tf + $10::float8 * (1 - $11::float8 + $11::float8 * m.token_count / $9::float8))) AS score
-  FROM (SELECT q.idf, (m.term_tf ->> q.term)::float8 AS tf FROM q) AS x
-  WHERE x.tf IS NOT NULL) AS s
-ORDER BY s.score DESC LIMIT $12"""
+hits AS (
+  SELECT p.memory_id,
+         sum(q.idf * (p.tf * ($8::float8 + 1))
+             / (p.tf + $8::float8 * (1 - $9::float8 + $9::float8 * p.dl / $11::float8))) AS score
+  FROM q CROSS JOIN LATERAL (
+    SELECT p.memory_id, p.tf, p.dl FROM postings p
+    WHERE p.namespace = $1 AND p.term = q.term
+    ORDER BY p.impact DESC LIMIT $10) AS p
+  GROUP BY p.memory_id)
+SELECT {_COLS}, h.score FROM hits h JOIN memories m ON m.id = h.memory_id
+WHERE {_WHERE}
+ORDER BY h.score DESC LIMIT $12"""
 
-# At most this many matched memories are BM25-scored: a safety net for queries whose every term is
-# common (an arbitrary subset is scored then); the rare-term selection keeps real text far below.
-MAX_SCORED = 20000
+# Postings read per query term, best impact first. A term in more memories than this is common
+# (IDF low): only its strongest postings count. Measured: 2,000 keeps JSQuAD's MRR (13.4k
+# passages) and bounds the leg at 1M memories (docs/benchmarks.md).
+POSTINGS_PER_TERM = 2000
 
 MAX_TRIGRAM_TERMS = 6
 
 
 def _trigram_sql(n: int) -> str:
-    # One ILIKE per term, OR-ed: the pg_trgm GIN index serves LIKE patterns (a bitmap OR), but
-    # not regexes on Japanese text under the C.UTF-8 locale, nor `LIKE ANY(array)`. Scoring is
-    # containment only: word_similarity() on every matched row cost seconds on common names.
-    likes = " OR ".join(f"m.content ILIKE ${8 + i}" for i in range(n))
-    hits = " + ".join(f"(m.content ILIKE ${8 + i})::int * length(${8 + i})" for i in range(n))
+    # One pg_trgm GIN bitmap scan per name (a branch each, no other condition, so that index is
+    # the only way in), summed per memory; the filters apply to the matches. An OR of ILIKEs in
+    # one WHERE was planned as a scan of the namespace: ILIKE on long Japanese text costs ~10 us
+    # a row, which the planner does not know (715 ms on the 13.4k JSQuAD passages; this: 13 ms).
+    # Scoring is containment only: word_similarity() on every match cost seconds on common names.
+    branches = " UNION ALL ".join(
+        f"SELECT id, length(${8 + i}) AS w FROM memories WHERE content ILIKE ${8 + i}" for i in range(n)
+    )
     return f"""
-SELECT {_COLS}, ({hits})::float8 / $6::float8 AS score
-FROM memories m
-WHERE ({likes}) AND {_WHERE}
+WITH hit AS (SELECT b.id, sum(b.w) AS w FROM ({branches}) AS b GROUP BY b.id)
+SELECT {_COLS}, hit.w::float8 / $6::float8 AS score
+FROM hit JOIN memories m ON m.id = hit.id
+WHERE {_WHERE}
 ORDER BY score DESC, m.created_at DESC LIMIT $7"""
 
 
@@ -97,6 +103,7 @@ class SearchContext:
     timeout_s: float = 1.0
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
+    postings_per_term: int = POSTINGS_PER_TERM
     debug: dict[str, Any] = field(default_factory=dict)
 
     def where_args(self, window: TimeRange | None = None) -> tuple[Any, ...]:
@@ -161,34 +168,8 @@ async def temporal(ctx: SearchContext) -> list[Candidate]:
     return await _knn(ctx, Source.TEMPORAL, ctx.window)
 
 
-def choose_match_terms(
-    stats: list[tuple[str, int, float]], doc_count: int, *, max_terms: int = 12, budget: int = 4000
-) -> list[str]:
-    """Terms that select candidates: the rarest first, while their document frequencies add up
-    to at most `budget`; terms in more than 10% of the documents only score.
-
-    BM25 is computed for every selected document, so the selection bounds the leg's cost: a
-    common term would pull thousands of rows into scoring while adding almost nothing to it.
-    When every term is common, the rarest one alone selects.
-    """
-    ranked = sorted(stats, key=lambda s: s[2], reverse=True)
-    limit = max(doc_count * 0.10, 50)
-    chosen: list[str] = []
-    total = 0
-    for term, df, _ in ranked:
-        if df > limit:
-            continue
-        if chosen and total + df > budget:
-            break
-        chosen.append(term)
-        total += df
-        if len(chosen) >= max_terms:
-            break
-    return chosen or [ranked[0][0]] if ranked else []
-
-
 async def keyword(ctx: SearchContext) -> list[Candidate]:
-    """BM25 (IDF from term_df) over the Sudachi token tsvector, OR of the query's keywords."""
+    """BM25 over the Sudachi tokens of any of the query's keywords, from impact-ordered postings."""
     if not ctx.intent.keywords:
         return []
     text = " ".join(ctx.intent.keywords)
@@ -197,20 +178,17 @@ async def keyword(ctx: SearchContext) -> list[Candidate]:
         if not stats:
             return []
         terms = [r["term"] for r in stats]
-        idfs = [float(r["idf"]) for r in stats]
-        match = choose_match_terms([(r["term"], r["df"], float(r["idf"])) for r in stats], stats[0]["doc_count"])
         ctx.debug["keyword_terms"] = terms
         rows = await conn.fetch(
             KEYWORD_SQL,
             *ctx.where_args(),
             terms,
-            idfs,
-            match,
-            float(stats[0]["avgdl"]),
+            [float(r["idf"]) for r in stats],
             ctx.bm25_k1,
             ctx.bm25_b,
+            ctx.postings_per_term,
+            float(stats[0]["avgdl"]),
             ctx.k,
-            MAX_SCORED,
             timeout=ctx.timeout_s,
         )
     return _rows(rows, Source.KEYWORD)
@@ -268,12 +246,17 @@ async def trigram(ctx: SearchContext) -> list[Candidate]:
         return []
     patterns = ["%" + like_escape(t) + "%" for t in terms]
     total = float(sum(len(p) for p in patterns))
-    async with ctx.pool.acquire() as conn:
+    async with ctx.pool.acquire() as conn, conn.transaction():
+        # The trigram index or nothing: a sequential scan would ILIKE every memory.
+        await conn.execute("SET LOCAL enable_seqscan = off")
         rows = await conn.fetch(
             TRIGRAM_SQL[len(terms)], *ctx.where_args(), total, ctx.k, *patterns, timeout=ctx.timeout_s
         )
     return _rows(rows, Source.TRIGRAM)
 
+
+# Sources that need no query vector: the orchestrator starts them before the embedding is done.
+TEXT_ONLY_SOURCES = frozenset({Source.KEYWORD, Source.TRIGRAM})
 
 SOURCES: Mapping[Source, SourceFn] = MappingProxyType(
     {

@@ -95,3 +95,53 @@ async def test_conversation_adds_a_second_query_vector(analyzer):
     orch = _orch(analyzer, {Source.VECTOR: vec})
     await orch.retrieve("呼吸のリズムとは", RetrievalOptions(now=NOW, recent_conversation=(("user", "Resonant Engineの話"),)))
     assert seen["n"] == 2
+
+
+class _SlowFailingEmbedder(FakeEmbedder):
+    """Embeds after a delay, or fails: the text-only legs must not wait for it."""
+
+    def __init__(self, delay: float, fail: bool = False) -> None:
+        super().__init__()
+        self.delay, self.fail = delay, fail
+
+    def embed_query(self, text):
+        import time
+
+        time.sleep(self.delay)
+        if self.fail:
+            raise RuntimeError("embedding endpoint down")
+        return super().embed_query(text)
+
+
+async def test_text_sources_start_before_the_embedding_is_done(analyzer):
+    started = {}
+
+    def stamp(source):
+        async def fn(ctx):
+            started[source] = asyncio.get_running_loop().time()
+            assert (source == Source.VECTOR) == bool(ctx.vectors)
+            return [cand(1 if source == Source.VECTOR else 2, 0.5, source)]
+        return fn
+
+    sources = {s: stamp(s) for s in (Source.VECTOR, Source.KEYWORD, Source.TRIGRAM)}
+    orch = Orchestrator(None, analyzer, _SlowFailingEmbedder(0.3), log_runs=False, sources=MappingProxyType(sources))
+    t0 = asyncio.get_running_loop().time()
+    resp = await orch.retrieve("PRは誰が書いた？", RetrievalOptions(now=NOW))
+    assert started[Source.KEYWORD] - t0 < 0.25 <= started[Source.VECTOR] - t0
+    assert resp.metadata.stage_latency_ms["embed"] >= 300 and not resp.metadata.degraded
+
+
+async def test_failed_embedding_degrades_the_vector_legs_only(analyzer):
+    sources = {
+        Source.VECTOR: fixed_source([cand(1, 0.9, Source.VECTOR)]),
+        Source.KEYWORD: fixed_source([cand(2, 3.0, Source.KEYWORD)]),
+        Source.TRIGRAM: fixed_source([]),
+    }
+    orch = Orchestrator(None, analyzer, _SlowFailingEmbedder(0.0, fail=True), log_runs=False,
+                        sources=MappingProxyType(sources))
+    resp = await orch.retrieve("PRは誰が書いた？", RetrievalOptions(now=NOW))
+    assert resp.metadata.degraded == ["vector"]
+    assert resp.metadata.search_breakdown["vector"].error == "embedding failed: RuntimeError"
+    assert [r.id for r in resp.results] == ["m2"] and "embed" not in resp.metadata.stage_latency_ms
+    with pytest.raises(StoreUnavailable):  # a vector-only plan has nothing left
+        await orch.retrieve("呼吸とは何か", RetrievalOptions(now=NOW, force_strategy=Strategy.SEMANTIC_ONLY))

@@ -102,13 +102,3 @@ def test_rerank_considers_only_top_n():
     per = {Source.VECTOR: [cand(i, 1.0 - i / 200, Source.VECTOR, emb=np.random.default_rng(i).normal(size=8)) for i in range(120)]}
     res, counts = rerank(per, HYBRID, now=NOW, limit=10)
     assert counts["considered"] == 50 and len(res) == 10
-
-
-def test_match_terms_rarest_first_within_budget():
-    from retrieval.sources import choose_match_terms
-
-    stats = [("common", 5000, 0.5), ("rare", 10, 7.0), ("mid", 900, 2.5), ("mid2", 3500, 1.2)]
-    assert choose_match_terms(stats, 13000) == ["rare", "mid"]  # mid2 would exceed the budget
-    assert choose_match_terms(stats, 100_000, budget=10_000) == ["rare", "mid", "mid2", "common"]
-    assert choose_match_terms([("a", 9000, 0.1), ("b", 8000, 0.2)], 10000) == ["b"]
-    assert choose_match_terms([], 10) == []

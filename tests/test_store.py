@@ -222,3 +222,60 @@ def test_precomputed_vectors_file_errors_name_the_field(embedder, tmp_path):
         load_precomputed(path, items, embedder)
     (tmp_path / "v_ids.json").write_text(json.dumps(["a", "b"]))
     assert load_precomputed(path, items, embedder).shape == (2, 384)
+
+
+async def test_postings_follow_every_write(rt, ns):
+    """Postings are kept by triggers: insert, changed text, unchanged re-ingest, delete."""
+    await _ingest(rt, ns, [{"id": "a", "content": "ジムで筋トレをした"}, {"id": "b", "content": "映画を観た"}])
+
+    async def postings(ext_id):
+        async with rt.pool.acquire() as conn:
+            rows = await conn.fetch(
+                "SELECT p.term, p.tf, p.dl FROM postings p JOIN memories m ON m.id = p.memory_id "
+                "WHERE m.namespace = $1 AND m.external_id = $2 ORDER BY p.term", ns, ext_id)
+            tf = await conn.fetchval("SELECT term_tf FROM memories WHERE namespace = $1 AND external_id = $2", ns, ext_id)
+        return {r["term"]: r["tf"] for r in rows}, tf
+
+    got, tf = await postings("a")
+    assert got == tf and "筋トレ" in got
+    await _ingest(rt, ns, [{"id": "a", "content": "ランニングで5km走った。ランニングは楽しい"}])
+    got, tf = await postings("a")
+    assert got == tf and got["ランニング"] == 2 and "筋トレ" not in got
+    await _ingest(rt, ns, [{"id": "a", "content": "ランニングで5km走った。ランニングは楽しい"}])  # unchanged
+    assert (await postings("a"))[0] == got
+    async with rt.pool.acquire() as conn:
+        await conn.execute("DELETE FROM memories WHERE namespace = $1 AND external_id = 'a'", ns)
+        left = await conn.fetchval(
+            "SELECT count(*) FROM postings WHERE namespace = $1 AND term = 'ランニング'", ns)
+    assert left == 0
+
+
+async def test_keyword_leg_reads_a_capped_number_of_postings_per_term(rt, ns):
+    """With the cap below a common term's document frequency, the memory with the rare term still
+    ranks first (the rare term's postings are read whole); the common term is read only up to
+    the cap, so its share of a score may be missing, never added."""
+    from retrieval.models import Filters
+    from retrieval.sources import SearchContext, keyword
+
+    await _ingest(rt, ns, [{"id": f"c{i}", "content": f"今日は天気の話をした{i}"} for i in range(12)]
+                  + [{"id": "rare", "content": "天気と量子コンピュータの話"}])
+    intent = rt.analyzer.analyze("量子コンピュータと天気")
+    full = SearchContext(pool=rt.pool, intent=intent, vectors=[], filters=Filters(namespace=ns), k=20)
+    capped = SearchContext(pool=rt.pool, intent=intent, vectors=[], filters=Filters(namespace=ns), k=20,
+                           postings_per_term=3)
+    all_rows, few = await keyword(full), await keyword(capped)
+    assert all_rows[0].external_id == few[0].external_id == "rare"
+    assert 0 < few[0].score <= all_rows[0].score + 1e-9
+    assert len(all_rows) == 13 and len(few) <= 1 + 3 * len(full.debug["keyword_terms"])
+
+
+async def test_trigram_leg_uses_the_trigram_index(rt, ns):
+    """An OR of ILIKEs was planned as a scan of every memory (715 ms on 13.4k passages)."""
+    from retrieval.sources import TRIGRAM_SQL
+
+    await _ingest(rt, ns, [{"id": "x", "content": "ボロベン高原のコーヒー"}])
+    async with rt.pool.acquire() as conn, conn.transaction():
+        await conn.execute("SET LOCAL enable_seqscan = off")
+        plan = "\n".join(r[0] for r in await conn.fetch(
+            "EXPLAIN " + TRIGRAM_SQL[2], ns, [], [], None, None, 20.0, 10, "%ボロベン%", "%コーヒー%"))
+    assert "idx_memories_content_trgm" in plan and "Seq Scan on memories" not in plan
