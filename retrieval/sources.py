@@ -32,6 +32,24 @@ SELECT {_COLS}, 1 - (m.embedding <=> $6) AS score
 FROM memories m WHERE {_WHERE}
 ORDER BY m.embedding <=> $6 LIMIT $7"""
 
+# The same without the HNSW index: exact distances to every memory that passes the filters. The
+# `+ 0` keeps the planner off the index (it serves only a bare `embedding <=> constant` order).
+EXACT_VECTOR_SQL = VECTOR_SQL.replace("ORDER BY m.embedding <=> $6", "ORDER BY (m.embedding <=> $6) + 0")
+
+# Returns how many memories of a namespace lie in [$2, $3), counting at most $4 of them
+# (an index-only scan of (namespace, created_at)).
+WINDOW_COUNT_SQL = """
+SELECT count(*) FROM (
+  SELECT 1 FROM memories m WHERE m.namespace = $1
+    AND ($2::timestamptz IS NULL OR m.created_at >= $2) AND ($3::timestamptz IS NULL OR m.created_at < $3)
+  LIMIT $4) AS w"""
+
+# A window holding at most this many memories is searched exactly. Measured at 1M memories
+# (docs/benchmarks.md): HNSW with an iterative scan took 45-110 ms for a 1-day window of 3.8k
+# memories, where only ~0.4 % of the graph passes the filter; exact distances to those 3.8k took
+# 18 ms, and are exact. Past a few thousand rows exact distances cost more than the graph walk.
+EXACT_WINDOW_MAX = 5000
+
 # Returns document frequency and IDF of the query's lexemes, with the namespace's average length.
 TERM_STATS_SQL = """
 SELECT l.lexeme AS term, d.df, s.doc_count,
@@ -56,8 +74,9 @@ hits AS (
     WHERE p.namespace = $1 AND p.term = q.term
     ORDER BY p.impact DESC LIMIT $10) AS p
   GROUP BY p.memory_id)
-SELECT {_COLS}, h.score FROM hits h JOIN memories m ON m.id = h.memory_id
-WHERE {_WHERE}
+SELECT {_COLS}, h.score
+FROM (SELECT * FROM hits ORDER BY score DESC) AS h
+CROSS JOIN LATERAL (SELECT * FROM memories m WHERE m.id = h.memory_id AND {_WHERE}) AS m
 ORDER BY h.score DESC LIMIT $12"""
 
 # Postings read per query term, best impact first. A term in more memories than this is common
@@ -146,9 +165,16 @@ def _rows(rows: list[asyncpg.Record], source: Source) -> list[Candidate]:
 
 async def _knn(ctx: SearchContext, source: Source, window: TimeRange | None) -> list[Candidate]:
     best: dict[int, Candidate] = {}
+    args = ctx.where_args(window)
     async with ctx.pool.acquire() as conn:
+        sql = VECTOR_SQL
+        if window is not None:
+            n = await conn.fetchval(WINDOW_COUNT_SQL, args[0], args[3], args[4], EXACT_WINDOW_MAX + 1, timeout=ctx.timeout_s)
+            if n <= EXACT_WINDOW_MAX:
+                sql = EXACT_VECTOR_SQL
+            ctx.debug[f"{source.value}_exact"] = sql is EXACT_VECTOR_SQL
         for vec in ctx.vectors:
-            rows = await conn.fetch(VECTOR_SQL, *ctx.where_args(window), vec, ctx.k, timeout=ctx.timeout_s)
+            rows = await conn.fetch(sql, *args, vec, ctx.k, timeout=ctx.timeout_s)
             for c in _rows(rows, source):
                 if c.id not in best or c.score > best[c.id].score:
                     best[c.id] = c

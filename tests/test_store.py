@@ -279,3 +279,32 @@ async def test_trigram_leg_uses_the_trigram_index(rt, ns):
         plan = "\n".join(r[0] for r in await conn.fetch(
             "EXPLAIN " + TRIGRAM_SQL[2], ns, [], [], None, None, 20.0, 10, "%ボロベン%", "%コーヒー%"))
     assert "idx_memories_content_trgm" in plan and "Seq Scan on memories" not in plan
+
+
+async def test_small_windows_are_searched_exactly(rt, ns, monkeypatch):
+    """A window of few memories gets exact distances (HNSW walks most of the graph to find a
+    handful in-window); a larger one the index. Both return the in-window memories nearest the
+    query, best first."""
+    import retrieval.sources as src
+    from retrieval.models import Filters, TimeRange
+    from retrieval.sources import SearchContext
+
+    topics = ["ジムで筋トレ", "映画を観た", "カレーを作った", "ランニング5km", "読書会に参加"]
+    await _ingest(rt, ns, [
+        {"id": f"d{i}", "content": f"{topics[i % 5]}({i}日目)", "created_at": f"2026-03-{i + 1:02d}T12:00:00+09:00"}
+        for i in range(20)
+    ])
+    window = TimeRange(start=datetime(2026, 3, 5, tzinfo=UTC), end=datetime(2026, 3, 15, tzinfo=UTC))
+    vec = rt.embedder.embed_query("ジムでのトレーニング")
+    async with rt.pool.acquire() as conn:
+        rows = await conn.fetch("SELECT external_id, embedding FROM memories WHERE namespace = $1 "
+                                "AND created_at >= $2 AND created_at < $3", ns, window.start, window.end)
+    want = sorted(rows, key=lambda r: -float(np.dot(np.asarray(r["embedding"].to_numpy()), vec)))
+    want_ids = [r["external_id"] for r in want]
+    for limit, exact in ((5000, True), (3, False)):
+        monkeypatch.setattr(src, "EXACT_WINDOW_MAX", limit)
+        ctx = SearchContext(pool=rt.pool, intent=rt.analyzer.analyze("ジム"), vectors=[vec],
+                            filters=Filters(namespace=ns), k=5, window=window)
+        got = [c.external_id for c in await src.temporal(ctx)]
+        assert ctx.debug["temporal_exact"] is exact
+        assert got == want_ids[:5], exact
