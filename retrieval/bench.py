@@ -109,8 +109,7 @@ async def load(rt: Any, n: int, seed: int = 7) -> tuple[bool, float]:
         await conn.execute("DELETE FROM namespace_stats WHERE namespace = $1", NAMESPACE)
         # Bulk load: indexes are rebuilt once at the end (this database is the bench's own).
         # (The postings trigger writes each batch's postings; their impact index is rebuilt too.)
-        for idx in ("idx_memories_embedding_hnsw", "idx_memories_content_tsvector", "idx_memories_content_trgm",
-                    "idx_postings_term_impact"):
+        for idx in ("idx_memories_embedding_hnsw", "idx_memories_content_trgm", "idx_postings_term_impact"):
             await conn.execute(f"DROP INDEX IF EXISTS {idx}")
         await conn.execute(
             "CREATE TEMP TABLE IF NOT EXISTS bench_stage (external_id text, content text, memory_type text, "
@@ -144,7 +143,6 @@ async def load(rt: Any, n: int, seed: int = 7) -> tuple[bool, float]:
         await conn.execute("SET max_parallel_maintenance_workers = 1")
         # Index builds at 1M take many minutes: no statement timeout for them.
         big = 4 * 3600
-        await conn.execute("CREATE INDEX idx_memories_content_tsvector ON memories USING gin (content_tsvector)", timeout=big)
         await conn.execute("CREATE INDEX idx_memories_content_trgm ON memories USING gin (content gin_trgm_ops)", timeout=big)
         await conn.execute("CREATE INDEX idx_postings_term_impact ON postings (namespace, term, impact DESC) "
                            "INCLUDE (memory_id, tf, dl)", timeout=big)
