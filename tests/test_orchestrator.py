@@ -144,4 +144,4 @@ async def test_failed_embedding_degrades_the_vector_legs_only(analyzer):
     assert resp.metadata.search_breakdown["vector"].error == "embedding failed: RuntimeError"
     assert [r.id for r in resp.results] == ["m2"] and "embed" not in resp.metadata.stage_latency_ms
     with pytest.raises(StoreUnavailable):  # a vector-only plan has nothing left
-        await orch.retrieve("呼吸とは何か", RetrievalOptions(now=NOW, force_strategy=Strategy.SEMANTIC_ONLY))
+        await orch.retrieve("呼吸とは何か", RetrievalOptions(now=NOW, force_strategy=Strategy.VECTOR_ONLY))
