@@ -40,6 +40,34 @@ async def test_migrations_are_idempotent(rt):
         await conn.close()
 
 
+async def test_upgrade_fills_postings_for_existing_memories(rt, tmp_path):
+    """A store made before migration 0002 gets postings for the memories it already holds."""
+    import shutil
+
+    db = f"upgrade_{os.getpid()}"
+    admin = await asyncpg.connect(rt.dsn)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{db}"')  # a constant, not user input
+        await admin.execute(f'CREATE DATABASE "{db}"')
+        old = tmp_path / "old"
+        old.mkdir()
+        shutil.copy(migrations.migrations_dir() / "0001_memories.sql", old)
+        conn = await asyncpg.connect(rt.dsn, database=db)
+        try:
+            assert await migrations.migrate(conn, embedding_dim=3, folder=old) == [1]
+            await conn.execute(
+                "INSERT INTO memories (external_id, namespace, content, embedding, search_tokens, token_count, term_tf) "
+                "VALUES ('a', 'ns', 'x', '[1,0,0]', 'ジム ジム 筋トレ', 3, '{\"ジム\": 2, \"筋トレ\": 1}')")
+            assert await migrations.migrate(conn, embedding_dim=3) == [m.version for m in migrations.load_migrations()][1:]
+            rows = await conn.fetch("SELECT term, tf, dl FROM postings ORDER BY term")
+            assert [(r["term"], r["tf"], r["dl"]) for r in rows] == [("ジム", 2, 3), ("筋トレ", 1, 3)]
+        finally:
+            await conn.close()
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{db}"')
+        await admin.close()
+
+
 def test_concurrent_migrate_from_two_processes(tmp_path):
     """Two processes migrating a fresh database at once: one applies, the other waits, both succeed."""
     from db.embedded import embedded_dsn
