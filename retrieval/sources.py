@@ -26,15 +26,20 @@ _WHERE = """m.namespace = $1 AND NOT m.is_archived AND m.searchable
   AND ($4::timestamptz IS NULL OR m.created_at >= $4)
   AND ($5::timestamptz IS NULL OR m.created_at < $5)"""
 
-# Returns the k nearest live memories by cosine distance (HNSW; iterative scan under filters).
-VECTOR_SQL = f"""
+
+def _knn_sql(order: str) -> str:
+    return f"""
 SELECT {_COLS}, 1 - (m.embedding <=> $6) AS score
 FROM memories m WHERE {_WHERE}
-ORDER BY m.embedding <=> $6 LIMIT $7"""
+ORDER BY {order} LIMIT $7"""
+
+
+# Returns the k nearest live memories by cosine distance (HNSW; iterative scan under filters).
+VECTOR_SQL = _knn_sql("m.embedding <=> $6")
 
 # The same without the HNSW index: exact distances to every memory that passes the filters. The
 # `+ 0` keeps the planner off the index (it serves only a bare `embedding <=> constant` order).
-EXACT_VECTOR_SQL = VECTOR_SQL.replace("ORDER BY m.embedding <=> $6", "ORDER BY (m.embedding <=> $6) + 0")
+EXACT_VECTOR_SQL = _knn_sql("(m.embedding <=> $6) + 0")
 
 # Returns how many memories of a namespace lie in [$2, $3), counting at most $4 of them
 # (an index-only scan of (namespace, created_at)).
@@ -267,17 +272,17 @@ async def trigram(ctx: SearchContext) -> list[Candidate]:
             # A name in more than 1% of the memories is no name to pick memories by.
             if r["df"] > max(0.01 * r["doc_count"], 20)
         }
-    terms = [t for i, t in enumerate(terms) if i not in common]
-    if not terms:
-        return []
-    patterns = ["%" + like_escape(t) + "%" for t in terms]
-    total = float(sum(len(p) for p in patterns))
-    async with ctx.pool.acquire() as conn, conn.transaction():
-        # The trigram index or nothing: a sequential scan would ILIKE every memory.
-        await conn.execute("SET LOCAL enable_seqscan = off")
-        rows = await conn.fetch(
-            TRIGRAM_SQL[len(terms)], *ctx.where_args(), total, ctx.k, *patterns, timeout=ctx.timeout_s
-        )
+        terms = [t for i, t in enumerate(terms) if i not in common]
+        if not terms:
+            return []
+        patterns = ["%" + like_escape(t) + "%" for t in terms]
+        total = float(sum(len(p) for p in patterns))
+        async with conn.transaction():
+            # The trigram index or nothing: a sequential scan would ILIKE every memory.
+            await conn.execute("SET LOCAL enable_seqscan = off")
+            rows = await conn.fetch(
+                TRIGRAM_SQL[len(terms)], *ctx.where_args(), total, ctx.k, *patterns, timeout=ctx.timeout_s
+            )
     return _rows(rows, Source.TRIGRAM)
 
 

@@ -6,11 +6,9 @@ import os
 import uuid
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+import pytest
 
-import pytest  # noqa: E402
-
-from retrieval.config import Settings  # noqa: E402
+from retrieval.config import Settings
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
 
