@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import time
 import warnings
 from pathlib import Path
 
@@ -34,17 +37,23 @@ def resolve_dsn(database_url: str | None, data_dir: Path) -> str:
     return database_url if database_url else embedded_dsn(data_dir)
 
 
-def stop_embedded(data_dir: Path) -> None:
-    """Stop the embedded server of data_dir if one runs (tests start their own and stop it)."""
+def stop_embedded(data_dir: Path, wait_s: float = 30.0) -> None:
+    """Stop the embedded server of data_dir if one runs (tests start their own and stop it).
+
+    A fast shutdown by signal to the postmaster: pg_ctl refuses to run as root, and the
+    server runs as the wheel's own unprivileged user."""
     data_dir = Path(data_dir).expanduser().resolve()
     _servers.pop(data_dir, None)
-    if not (data_dir / "postmaster.pid").exists():
+    pid_file = data_dir / "postmaster.pid"
+    try:
+        pid = int(pid_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
         return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from pgserver._commands import pg_ctl  # type: ignore[attr-defined]
-
-        try:
-            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir)
-        except Exception as exc:  # already stopped, or not ours to stop
-            logger.warning("could not stop the embedded server in %s: %s", data_dir, exc)
+    try:
+        os.kill(pid, signal.SIGINT)
+    except (ProcessLookupError, PermissionError) as exc:
+        logger.warning("could not stop the embedded server in %s: %s", data_dir, exc)
+        return
+    deadline = time.monotonic() + wait_s
+    while pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -3,27 +3,35 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import asyncpg
 from pgvector.asyncpg import register_vector
 
 
-def _make_init(ef_search: int) -> Any:
-    async def init(conn: asyncpg.Connection) -> None:
-        await register_vector(conn)
-        await conn.set_type_codec(
-            "jsonb",
-            encoder=lambda v: json.dumps(v, ensure_ascii=False),
-            decoder=json.loads,
-            schema="pg_catalog",
-        )
-
-    return init
+async def _init(conn: asyncpg.Connection) -> None:
+    await register_vector(conn)
+    await conn.set_type_codec(
+        "jsonb",
+        encoder=lambda v: json.dumps(v, ensure_ascii=False),
+        decoder=json.loads,
+        schema="pg_catalog",
+    )
 
 
-async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 10, ef_search: int = 200) -> asyncpg.Pool:
-    """Create the pool; the vector extension must exist (run migrations first)."""
+async def create_pool(
+    dsn: str,
+    *,
+    min_size: int = 2,
+    max_size: int = 10,
+    ef_search: int = 200,
+    statement_timeout_ms: int = 30_000,
+    idle_in_transaction_timeout_ms: int = 10_000,
+) -> asyncpg.Pool:
+    """Create the pool; the vector extension must exist (run migrations first).
+
+    The server stops any statement after `statement_timeout_ms` and ends a session left idle
+    inside a transaction after `idle_in_transaction_timeout_ms` (0 = never), so work whose
+    caller has given up does not run on. Search legs set a tighter timeout of their own."""
     pool = await asyncpg.create_pool(
         dsn,
         # Startup parameters, not SET: the pool runs RESET ALL when a connection is released.
@@ -35,10 +43,12 @@ async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 10, ef_sea
             # Filters are written as `$n IS NULL OR ...`; a generic plan would not know which
             # are set, so each execution is planned with its values.
             "plan_cache_mode": "force_custom_plan",
+            "statement_timeout": str(int(statement_timeout_ms)),
+            "idle_in_transaction_session_timeout": str(int(idle_in_transaction_timeout_ms)),
         },
         min_size=min_size,
         max_size=max_size,
-        init=_make_init(ef_search),
+        init=_init,
         command_timeout=60,
     )
     assert pool is not None

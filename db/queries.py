@@ -27,9 +27,21 @@ MARK_UNSEARCHABLE = """
 UPDATE memories SET searchable = false WHERE namespace = $1 AND external_id = $2
 RETURNING external_id"""
 
+# Returns a memory's external id when it exists (positive feedback changes nothing else).
+MEMORY_EXISTS = "SELECT external_id FROM memories WHERE namespace = $1 AND external_id = $2"
+
 # Records a feedback event.
 INSERT_FEEDBACK = """
 INSERT INTO feedback (run_id, namespace, external_id, negative, comment) VALUES ($1, $2, $3, $4, $5)"""
+
+# Returns the cache key the harness (eval, bench) recorded for a namespace (NULL = not its own).
+GET_HARNESS_KEY = "SELECT cache_key FROM harness_indexes WHERE namespace = $1"
+# Records which corpus or synthetic set the harness indexed into a namespace.
+PUT_HARNESS_KEY = """
+INSERT INTO harness_indexes (namespace, cache_key) VALUES ($1, $2)
+ON CONFLICT (namespace) DO UPDATE SET cache_key = EXCLUDED.cache_key, created_at = now()"""
+# Returns whether a namespace holds any memory.
+HAS_MEMORIES = "SELECT EXISTS (SELECT 1 FROM memories WHERE namespace = $1)"
 
 
 async def check_embedding_model(conn: asyncpg.Connection, model: str, dim: int) -> None:

@@ -47,3 +47,30 @@ async def get_run(pool: asyncpg.Pool, run_id: str) -> dict[str, Any] | None:
     out = dict(row)
     out["run_id"] = str(out["run_id"])
     return json.loads(json.dumps(out, default=str))
+
+
+# Deletes up to $2 rows of a table older than $1 days; returns how many (one statement per
+# table: the table names are constants, never user input).
+_PURGE = {
+    table: f"""
+DELETE FROM {table} WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM {table} WHERE created_at < now() - make_interval(days => $1) LIMIT $2))"""
+    for table in ("retrieval_runs", "feedback")
+}
+
+
+async def purge_old(pool: asyncpg.Pool, days: int, *, batch: int = 5000) -> dict[str, int]:
+    """Delete run-log and feedback rows older than `days`, `batch` rows per statement (short
+    transactions, no long lock); returns the rows deleted per table."""
+    deleted = {}
+    for table, sql in _PURGE.items():
+        total = 0
+        while True:
+            async with pool.acquire() as conn:
+                status = await conn.execute(sql, days, batch)
+            n = int(status.split()[-1])
+            total += n
+            if n < batch:
+                break
+        deleted[table] = total
+    return deleted

@@ -12,11 +12,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError  # noqa: E402
+from pydantic import ValidationError
 
-from retrieval.config import Settings  # noqa: E402
-from retrieval.errors import InvalidInput, RetrievalError  # noqa: E402
-from retrieval.models import Strategy  # noqa: E402
+from retrieval.config import Settings
+from retrieval.errors import InvalidInput, RetrievalError
+from retrieval.models import Strategy
+from retrieval.validation import check_instant
 
 STRATEGY_CHOICES = [s.value for s in Strategy]
 
@@ -26,8 +27,10 @@ def _iso(value: str) -> datetime:
         dt = datetime.fromisoformat(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {value!r}") from exc
-    if dt.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"give a UTC offset, e.g. {value}+09:00")
+    try:
+        check_instant(dt)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value}: {exc}") from None
     return dt
 
 
@@ -85,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--limit", type=_positive, default=100)
     e.add_argument("--embeddings", type=Path, help="precomputed corpus vectors (.npy)")
     e.add_argument("--namespace", help="namespace to index into (default: derived from the corpus)")
+    e.add_argument("--force", action="store_true",
+                   help="index into --namespace even if it holds memories eval did not put there (they are deleted)")
     e.add_argument("--max-queries", type=_positive, help="evaluate only the first N queries")
     e.add_argument("--json", action="store_true")
 
@@ -136,7 +141,8 @@ async def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
         return 2
     except OSError as exc:
         return _err(f"cannot read {args.file}: {exc.strerror}")
-    rt = await _open(settings)
+    # A file is written in one transaction, as long as it takes: no server-side deadline.
+    rt = await _open(settings.model_copy(update={"statement_timeout_ms": 0}))
     try:
         vectors = load_precomputed(args.embeddings, items, rt.embedder) if args.embeddings else None
         with tqdm(total=len(items), unit="mem", disable=len(items) < 64 or not sys.stderr.isatty(), file=sys.stderr) as bar:
@@ -211,6 +217,17 @@ def _cmd_analyze(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -219,6 +236,9 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
 
         n = asyncio.run(load_sample(settings))
         print(f"sample: {n} memories in namespace 'default'", file=sys.stderr)
+    if not settings.parsed_api_keys() and not _is_loopback(args.host):
+        print(f"WARNING: serving on {args.host} with no RETRIEVAL_API_KEYS: anyone who can reach this "
+              "port can read, write and delete every namespace's memories", file=sys.stderr)
     print(f"serving on http://{args.host}:{args.port} (OpenAPI at /docs)", file=sys.stderr)
     uvicorn.run("retrieval.api:create_app", factory=True, host=args.host, port=args.port,
                 workers=args.workers, log_level="warning")

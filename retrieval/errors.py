@@ -30,3 +30,15 @@ class NotFound(RetrievalError):
 
 class StoreUnavailable(RetrievalError):
     """PostgreSQL cannot be reached or refused the work."""
+
+
+class EmbeddingError(RetrievalError):
+    """The embedding provider failed or returned something unusable."""
+
+
+class Unauthorized(RetrievalError):
+    """No API key, or one the service does not know."""
+
+
+class Forbidden(RetrievalError):
+    """The API key may not use this namespace."""

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from db.queries import GET_HARNESS_KEY, HAS_MEMORIES, PUT_HARNESS_KEY
 from retrieval.config import Settings
-from retrieval.errors import InvalidInput
+from retrieval.errors import InvalidInput, RetrievalError
 from retrieval.ingest import ingest, load_precomputed, read_jsonl
 from retrieval.models import RetrievalOptions, Strategy
 
@@ -94,28 +95,46 @@ _IN_WINDOW = """
 SELECT count(*) FROM memories WHERE namespace = $1 AND created_at >= $2 AND created_at < $3
   AND NOT is_archived AND searchable AND (expires_at IS NULL OR expires_at > now())"""
 
-# Removes a namespace's memories and statistics (a stale eval index).
+# Removes a namespace's memories (its statistics follow, by trigger) and harness record.
 _DROP_NAMESPACE = [
+    "DELETE FROM postings WHERE namespace = $1",
     "DELETE FROM memories WHERE namespace = $1",
     "DELETE FROM term_df WHERE namespace = $1",
     "DELETE FROM namespace_stats WHERE namespace = $1",
+    "DELETE FROM harness_indexes WHERE namespace = $1",
 ]
 
 
-async def ensure_index(rt: Any, corpus: Path, namespace: str, vectors_path: Path | None) -> tuple[bool, float]:
-    """Index the corpus into namespace unless the stored cache key says it is already there."""
+
+class ForeignNamespace(RetrievalError):
+    """The namespace holds memories the harness did not put there; replacing them needs --force."""
+
+
+async def ensure_index(
+    rt: Any, corpus: Path, namespace: str, vectors_path: Path | None, *, force: bool = False
+) -> tuple[bool, float]:
+    """Index the corpus into namespace unless the harness record says it is already there.
+
+    A namespace that holds memories the harness did not write is refused unless `force`:
+    indexing replaces everything in it."""
     t0 = time.perf_counter()
     async with rt.pool.acquire() as conn:
         schema = await conn.fetchval("SELECT max(version) FROM schema_migrations")
-        stored = await conn.fetchval("SELECT cache_key FROM namespace_stats WHERE namespace = $1", namespace)
+        stored = await conn.fetchval(GET_HARNESS_KEY, namespace)
+        occupied = await conn.fetchval(HAS_MEMORIES, namespace)
     key = cache_key(corpus, rt.embedder.name, int(schema or 0), vectors_path)
     if stored == key:
         return True, time.perf_counter() - t0
+    if stored is None and occupied and not force:
+        raise ForeignNamespace(
+            f"namespace {namespace!r} holds memories that `retrieval eval` did not index; "
+            "indexing would delete them. Choose another --namespace, or pass --force"
+        )
     items = read_jsonl(corpus)
     vectors = load_precomputed(vectors_path, items, rt.embedder) if vectors_path is not None else None
     async with rt.pool.acquire() as conn, conn.transaction():
         for sql in _DROP_NAMESPACE:
-            await conn.execute(sql, namespace)
+            await conn.execute(sql, namespace, timeout=3600)
     batch = 2000
     for start in range(0, len(items), batch):
         chunk = items[start : start + batch]
@@ -123,7 +142,7 @@ async def ensure_index(rt: Any, corpus: Path, namespace: str, vectors_path: Path
         await ingest(rt.pool, rt.nlp, rt.embedder, chunk, namespace=namespace, vectors=vec)
         logger.info("indexed %d/%d", start + len(chunk), len(items))
     async with rt.pool.acquire() as conn:
-        await conn.execute("UPDATE namespace_stats SET cache_key = $2 WHERE namespace = $1", namespace, key)
+        await conn.execute(PUT_HARNESS_KEY, namespace, key)
         await conn.execute("ANALYZE memories")
     return False, time.perf_counter() - t0
 
@@ -187,11 +206,13 @@ async def run_eval_cli(settings: Settings, args: argparse.Namespace) -> int:
     if args.max_queries:
         queries = queries[: args.max_queries]
     qrels = read_qrels(args.qrels)
-    settings = settings.model_copy(update={"max_limit": max(settings.max_limit, args.limit), "log_runs": False})
+    # Indexing a corpus writes thousands of memories a statement: no server-side deadline.
+    settings = settings.model_copy(update={
+        "max_limit": max(settings.max_limit, args.limit), "log_runs": False, "statement_timeout_ms": 0})
     namespace = args.namespace or "eval-" + hashlib.sha1(str(args.corpus.resolve()).encode()).hexdigest()[:12]
     rt = await open_runtime(settings)
     try:
-        cached, secs = await ensure_index(rt, args.corpus, namespace, args.embeddings)
+        cached, secs = await ensure_index(rt, args.corpus, namespace, args.embeddings, force=args.force)
         print(f"index {'reused' if cached else 'built'} in {secs:.1f} s (namespace {namespace})", file=sys.stderr)
         res = await run_eval(rt, queries, qrels, namespace=namespace, strategy=args.strategy, limit=args.limit)
     finally:

@@ -8,24 +8,25 @@ import json
 import logging
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import numpy as np
+from pgvector import Vector
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from retrieval.embeddings import Embedder
-from retrieval.errors import InvalidInput
+from retrieval.errors import InvalidInput, StoreUnavailable
 from retrieval.nlp import JapaneseNLP
+from retrieval.validation import Instant, Metadata, SafeId, SafeStr
 
 logger = logging.getLogger(__name__)
 
 MAX_CONTENT_CHARS = 100_000
+MAX_ID_CHARS = 512
 
 
 class MemoryIn(BaseModel):
@@ -33,14 +34,14 @@ class MemoryIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
 
-    id: str | None = Field(default=None, min_length=1, max_length=512)
-    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
-    title: str | None = Field(default=None, max_length=1000)
-    created_at: datetime | None = None
-    expires_at: datetime | None = None
-    memory_type: str = Field(default="semantic", min_length=1, max_length=64)
-    source_type: str = Field(default="unknown", min_length=1, max_length=64)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    id: SafeId | None = Field(default=None, min_length=1, max_length=MAX_ID_CHARS)
+    content: SafeStr = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+    title: SafeStr | None = Field(default=None, max_length=1000)
+    created_at: Instant | None = None
+    expires_at: Instant | None = None
+    memory_type: SafeStr = Field(default="semantic", min_length=1, max_length=64)
+    source_type: SafeStr = Field(default="unknown", min_length=1, max_length=64)
+    metadata: Metadata = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -71,15 +72,6 @@ class MemoryIn(BaseModel):
     def _not_blank(cls, v: str) -> str:
         if not v.strip():
             raise ValueError("must not be empty or whitespace")
-        if "\x00" in v:
-            raise ValueError("must not contain NUL characters")
-        return v
-
-    @field_validator("created_at", "expires_at")
-    @classmethod
-    def _aware(cls, v: datetime | None) -> datetime | None:
-        if v is not None and v.tzinfo is None:
-            raise ValueError("must be ISO 8601 with a UTC offset, e.g. 2025-01-31T09:00:00+09:00")
         return v
 
 
@@ -178,43 +170,52 @@ class IngestReport:
         }
 
 
-# Returns the stored digest and tokens of the given external ids (to skip re-embedding).
+# Returns the stored digest, tokens and vector of the given external ids (to skip re-embedding
+# unchanged text; read outside the write transaction, it decides nothing but what to embed).
 _EXISTING = """
-SELECT external_id, encode(sha256(convert_to(coalesce(title || E'\\n', '') || content, 'UTF8')), 'hex') AS digest,
-       search_tokens, embedding, tsvector_to_array(content_tsvector) AS lexemes
+SELECT external_id,
+       encode(sha256(convert_to(coalesce(title || E'\\n', '') || content, 'UTF8')), 'hex') AS digest,
+       search_tokens, embedding
 FROM memories WHERE namespace = $1 AND external_id = ANY($2::text[])"""
 
-# Returns the distinct lexemes PostgreSQL makes of each token string (what term_df must count).
-_LEXEMES = """
-SELECT tsvector_to_array(to_tsvector('simple', t)) AS lexemes
-FROM unnest($1::text[]) WITH ORDINALITY AS x(t, i) ORDER BY i"""
+# Serialises the writers of one namespace for the rest of the transaction. The BM25 statistics
+# triggers (migration 0004) lock term_df rows in term order within one trigger, but an upsert
+# fires two triggers (insert, then update) whose lock sets are not in one order between them.
+_LOCK_NAMESPACE = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7231904118))"
 
-# Inserts or replaces one memory; returns whether it was inserted (xmax = 0).
-_UPSERT = """
+
+
+def _upsert_sql(*, given_created_at: bool) -> str:
+    # An update keeps the stored created_at unless the item gives one; the items of a batch
+    # that give one and those that do not are written by the two forms of this statement.
+    created = "EXCLUDED.created_at" if given_created_at else "memories.created_at"
+    return f"""
 INSERT INTO memories (external_id, namespace, content, title, memory_type, source_type, metadata,
                       embedding, search_tokens, token_count, created_at, expires_at, term_tf)
-VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, coalesce($11, now()), $12,
-        (SELECT coalesce(jsonb_object_agg(lexeme, array_length(positions, 1)), '{}'::jsonb)
-         FROM unnest(to_tsvector('simple', $9::text))))
+SELECT u.external_id, $1, u.content, u.title, u.memory_type, u.source_type, u.metadata,
+       u.embedding, u.search_tokens, u.token_count, coalesce(u.created_at, now()), u.expires_at,
+       (SELECT coalesce(jsonb_object_agg(lexeme, array_length(positions, 1)), '{{}}'::jsonb)
+        FROM unnest(to_tsvector('simple', u.search_tokens)))
+FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[],
+            $8::vector[], $9::text[], $10::int[], $11::timestamptz[], $12::timestamptz[])
+     AS u(external_id, content, title, memory_type, source_type, metadata, embedding,
+          search_tokens, token_count, created_at, expires_at)
+ORDER BY u.external_id
 ON CONFLICT (namespace, external_id) DO UPDATE SET
     content = EXCLUDED.content, title = EXCLUDED.title, memory_type = EXCLUDED.memory_type,
-    source_type = EXCLUDED.source_type, metadata = EXCLUDED.metadata, embedding = EXCLUDED.embedding,
-    search_tokens = EXCLUDED.search_tokens, token_count = EXCLUDED.token_count, term_tf = EXCLUDED.term_tf,
-    created_at = coalesce($11, memories.created_at), expires_at = EXCLUDED.expires_at,
-    is_archived = false, ingested_at = now()
-"""
+    source_type = EXCLUDED.source_type, metadata = EXCLUDED.metadata,
+    embedding = EXCLUDED.embedding, search_tokens = EXCLUDED.search_tokens,
+    token_count = EXCLUDED.token_count, term_tf = EXCLUDED.term_tf, created_at = {created},
+    expires_at = EXCLUDED.expires_at, is_archived = false, ingested_at = now()
+RETURNING external_id, (xmax = 0) AS inserted"""
 
-# Adds document-frequency deltas for BM25.
-_DF_DELTA = """
-INSERT INTO term_df (namespace, term, df)
-SELECT $1, t, d FROM unnest($2::text[], $3::int[]) AS x(t, d)
-ON CONFLICT (namespace, term) DO UPDATE SET df = term_df.df + EXCLUDED.df"""
 
-# Adds document-count and length deltas for BM25.
-_NS_DELTA = """
-INSERT INTO namespace_stats (namespace, doc_count, total_tokens) VALUES ($1, $2, $3)
-ON CONFLICT (namespace) DO UPDATE SET doc_count = namespace_stats.doc_count + EXCLUDED.doc_count,
-    total_tokens = namespace_stats.total_tokens + EXCLUDED.total_tokens"""
+# Inserts or replaces a batch of memories in one statement, in id order (a stable lock order);
+# returns each external id and whether it was inserted (xmax = 0) rather than updated.
+_UPSERT = {given: _upsert_sql(given_created_at=given) for given in (True, False)}
+
+# A write that lost a deadlock or a serialisation race is retried this many times.
+WRITE_ATTEMPTS = 4
 
 
 def check_precomputed(embedder: Embedder, items: list[MemoryIn], vectors: np.ndarray, rows: int = 3) -> None:
@@ -259,12 +260,19 @@ async def ingest(
     vectors: np.ndarray | None = None,
     batch_size: int = 32,
     progress: Callable[[int], None] | None = None,
+    timeout_s: float | None = None,
 ) -> IngestReport:
-    """Store items idempotently (by id) in one transaction; nothing is written on any error."""
+    """Store items idempotently (by id) in one transaction; nothing is written on any error.
+
+    The BM25 statistics follow from the rows the database really wrote (triggers, migration
+    0004), so concurrent writers of the same ids cannot count a change twice."""
     t0 = time.perf_counter()
     if not namespace or len(namespace) > 128:
         raise InvalidInput([{"field": "namespace", "reason": "must be 1-128 characters"}])
     ids = [it.id or uuid.uuid4().hex for it in items]
+    dup = _first_duplicate(ids)
+    if dup is not None:
+        raise InvalidInput([{"index": dup, "field": "id", "reason": f"duplicate id {ids[dup]!r}"}])
     async with pool.acquire() as conn:
         existing = {r["external_id"]: r for r in await conn.fetch(_EXISTING, namespace, ids)}
     digests = [_digest(it) for it in items]
@@ -295,39 +303,10 @@ async def ingest(
             if progress:
                 progress(len(batch))
 
-    async with pool.acquire() as conn:
-        lexemes = [
-            r["lexemes"]
-            for r in await conn.fetch(_LEXEMES, [" ".join(token_lists[i]) for i in need])
-        ]
-    df_delta: Counter[str] = Counter()
-    token_delta = 0
-    new_docs = 0
-    for j, i in enumerate(need):
-        old = existing.get(ids[i])
-        if old is not None:
-            df_delta.subtract(set(old["lexemes"]))
-            token_delta -= len(old["search_tokens"].split())
-        else:
-            new_docs += 1
-        df_delta.update(set(lexemes[j]))
-        token_delta += len(token_lists[i])
-    terms = sorted(t for t, d in df_delta.items() if d != 0)
-
-    rows = [
-        (
-            ids[i], namespace, it.content, it.title, it.memory_type, it.source_type,
-            it.metadata, emb[i], " ".join(token_lists[i]),
-            len(token_lists[i]), it.created_at, it.expires_at,
-        )
-        for i, it in enumerate(items)
-    ]
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.executemany(_UPSERT, rows)
-        if terms:
-            await conn.execute(_DF_DELTA, namespace, terms, [df_delta[t] for t in terms])
-        await conn.execute(_NS_DELTA, namespace, new_docs, token_delta)
-    inserted = sum(1 for i in ids if i not in existing)
+    groups = {
+        given: _columns(items, ids, emb, token_lists, given_created_at=given) for given in (True, False)
+    }
+    inserted = await _write(pool, namespace, groups, timeout_s)
     return IngestReport(
         namespace=namespace,
         received=len(items),
@@ -337,3 +316,64 @@ async def ingest(
         ids=ids,
         seconds=time.perf_counter() - t0,
     )
+
+
+def _first_duplicate(ids: list[str]) -> int | None:
+    seen: set[str] = set()
+    for i, x in enumerate(ids):
+        if x in seen:
+            return i
+        seen.add(x)
+    return None
+
+
+def _columns(
+    items: list[MemoryIn],
+    ids: list[str],
+    emb: list[Any],
+    token_lists: list[list[str]],
+    *,
+    given_created_at: bool,
+) -> list[list[Any]]:
+    """The upsert's array parameters ($2..$12) for the items that do (or do not) give created_at."""
+    pick = [i for i, it in enumerate(items) if (it.created_at is not None) == given_created_at]
+    return [
+        [ids[i] for i in pick],
+        [items[i].content for i in pick],
+        [items[i].title for i in pick],
+        [items[i].memory_type for i in pick],
+        [items[i].source_type for i in pick],
+        [items[i].metadata for i in pick],
+        [_vector(emb[i]) for i in pick],
+        [" ".join(token_lists[i]) for i in pick],
+        [len(token_lists[i]) for i in pick],
+        [items[i].created_at for i in pick],
+        [items[i].expires_at for i in pick],
+    ]
+
+
+def _vector(v: Any) -> Vector:
+    return v if isinstance(v, Vector) else Vector(np.asarray(v, dtype=np.float32))
+
+
+async def _write(
+    pool: asyncpg.Pool, namespace: str, groups: dict[bool, list[list[Any]]], timeout_s: float | None
+) -> int:
+    """Run the upserts in one transaction, retried when it loses a deadlock; returns how many
+    rows were inserted (the rest were updated)."""
+    for attempt in range(WRITE_ATTEMPTS):
+        try:
+            async with pool.acquire(timeout=timeout_s) as conn, conn.transaction():
+                await conn.execute(_LOCK_NAMESPACE, namespace, timeout=timeout_s)
+                inserted = 0
+                for given, cols in groups.items():
+                    if cols[0]:
+                        rows = await conn.fetch(_UPSERT[given], namespace, *cols, timeout=timeout_s)
+                        inserted += sum(1 for r in rows if r["inserted"])
+                return inserted
+        except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as exc:
+            if attempt == WRITE_ATTEMPTS - 1:
+                raise StoreUnavailable(f"write lost {WRITE_ATTEMPTS} deadlocks in a row: {exc}") from exc
+            logger.warning("ingest into %r lost a deadlock; retrying (%d)", namespace, attempt + 1)
+            await asyncio.sleep(0.05 * 2**attempt)
+    raise AssertionError("unreachable")

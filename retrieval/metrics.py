@@ -29,6 +29,15 @@ RESULTS_BEFORE = Histogram(
 RESULTS_AFTER = Histogram("retrieval_results_after_rerank", "Results returned after reranking", buckets=COUNT_BUCKETS)
 INGESTED = Counter("retrieval_ingested_memories_total", "Memories written (inserted or updated)", ["op"])
 INGEST_ERRORS = Counter("retrieval_ingest_rejected_total", "Ingest batches rejected as invalid")
+UNAVAILABLE = Counter(
+    "retrieval_unavailable_total", "Retrievals answered 503 because no search source answered"
+)
+RUN_LOG_DROPPED = Counter(
+    "retrieval_run_log_dropped_total", "Run-log records not written (database slow or failing)"
+)
+RETENTION_DELETED = Counter(
+    "retrieval_retention_deleted_total", "Run-log and feedback rows deleted by retention", ["table"]
+)
 FEEDBACK = Counter("retrieval_feedback_total", "Feedback events", ["kind"])
 HTTP_REQUESTS = Counter("retrieval_http_requests_total", "HTTP requests", ["route", "method", "status"])
 HTTP_LATENCY = Histogram(
@@ -53,3 +62,5 @@ def init_series(strategies: list[str], sources: list[str]) -> None:
         INGESTED.labels(op)
     for kind in ("negative", "positive"):
         FEEDBACK.labels(kind)
+    for table in ("retrieval_runs", "feedback"):
+        RETENTION_DELETED.labels(table)

@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
+
+# The instants this service reasons about: a time expression, a `now` and a stored timestamp
+# must lie in [TIME_MIN, TIME_MAX). datetime itself spans years 1-9999, but a local time near
+# either end cannot be converted to UTC (or to PostgreSQL's timestamptz) without overflowing.
+TIME_MIN = datetime(1900, 1, 1, tzinfo=UTC)
+TIME_MAX = datetime(2200, 1, 1, tzinfo=UTC)
+
+
+def time_in_bounds(t: datetime) -> bool:
+    """Whether an aware datetime lies in [TIME_MIN, TIME_MAX)."""
+    return TIME_MIN <= t < TIME_MAX
 
 
 class QueryType(StrEnum):

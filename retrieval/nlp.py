@@ -46,9 +46,14 @@ _KATAKANA_RE = re.compile(r"^[\u30A0-\u30FFー]{2,}$")
 _MAX_CHUNK = 8000
 
 
+# Lone surrogates and NUL cannot cross into Sudachi (Rust strings) or PostgreSQL; the edges
+# refuse them in stored text, and a direct caller's query gets U+FFFD in their place.
+_UNSAFE_RE = re.compile("[\ud800-\udfff\x00]")
+
+
 def normalize_text(text: str) -> str:
     """NFKC (full-width Latin and digits to ASCII, half-width kana to full-width)."""
-    return unicodedata.normalize("NFKC", text)
+    return unicodedata.normalize("NFKC", _UNSAFE_RE.sub("\ufffd", text))
 
 
 def english_norm(word: str) -> str:

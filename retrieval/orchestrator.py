@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -19,6 +19,7 @@ import numpy as np
 from db.runs import insert_run
 from retrieval import metrics as m
 from retrieval.analyzer import QueryAnalyzer
+from retrieval.cache import ByteLRU
 from retrieval.embeddings import Embedder
 from retrieval.errors import InvalidInput, StoreUnavailable
 from retrieval.models import (
@@ -33,8 +34,9 @@ from retrieval.models import (
     SourceReport,
 )
 from retrieval.rerank import rerank
-from retrieval.sources import SOURCES, TEXT_ONLY_SOURCES, SearchContext, SourceFn
+from retrieval.sources import SOURCES, TEXT_ONLY_SOURCES, SearchContext, Skip, SourceFn
 from retrieval.strategy import PRESETS, Plan, Preset, plan
+from retrieval.validation import check_instant
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +66,9 @@ class Orchestrator:
         log_runs: bool = True,
         sources: Mapping[Source, SourceFn] = SOURCES,
         presets: Mapping[Any, Preset] = PRESETS,
-        embed_cache_size: int = 2048,
+        embed_cache_bytes: int = 32 * 1024 * 1024,
+        run_log_max_pending: int = 64,
+        run_log_timeout_s: float = 5.0,
     ) -> None:
         self.pool = pool
         self.analyzer = analyzer
@@ -77,9 +81,20 @@ class Orchestrator:
         self.sources = sources
         self.presets = presets
         self._background: set[asyncio.Task[None]] = set()
+        # Embeddings get threads of their own: a hung embedding endpoint then holds these, not
+        # the default executor that the analyzer and the reranker need to answer at all.
+        self._embed_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="embed")
+        self.run_log_max_pending = run_log_max_pending
+        self.run_log_timeout_s = run_log_timeout_s
         # A context assembler asks the same question more than once; embedding is the costliest
-        # stage (~10-25 ms), so repeated texts are embedded once.
-        self._embed_cached = functools.lru_cache(maxsize=embed_cache_size)(embedder.embed_query)
+        # stage (~10-25 ms), so repeated texts are embedded once. Bounded by bytes: a context
+        # query carries up to a conversation's worth of text.
+        self._embeddings: ByteLRU[np.ndarray] = ByteLRU(
+            embed_cache_bytes, lambda key, v: 100 + 4 * len(str(key)) + int(v.nbytes)
+        )
+
+    def _embed_cached(self, text: str) -> np.ndarray:
+        return self._embeddings.get_or_compute(text, lambda: self.embedder.embed_query(text))
 
     def _timeout_s(self, source: Source) -> float:
         t = self.source_timeout_ms
@@ -95,10 +110,17 @@ class Orchestrator:
         elif len(q) > self.max_query_chars:
             errors.append({"field": "query", "reason": f"longer than {self.max_query_chars} characters"})
         if not 1 <= options.limit <= self.max_limit:
-            errors.append({"field": "limit", "reason": f"must be between 1 and {self.max_limit}"})
+            errors.append({"field": "options.limit", "reason": f"must be between 1 and {self.max_limit}"})
         tr = options.time_range
         if tr and tr.start and tr.end and tr.start >= tr.end:
-            errors.append({"field": "time_range", "reason": "start must be before end"})
+            errors.append({"field": "options.time_range", "reason": "start must be before end"})
+        for name, value in (("options.now", options.now),
+                            ("options.time_range.start", tr.start if tr else None),
+                            ("options.time_range.end", tr.end if tr else None)):
+            try:
+                check_instant(value if value is None or value.tzinfo else value.replace(tzinfo=self.tz))
+            except ValueError as exc:
+                errors.append({"field": name, "reason": str(exc)})
         if errors:
             raise InvalidInput(errors)
         return q
@@ -128,8 +150,8 @@ class Orchestrator:
         texts = [q] if ctx_q is None else [q, ctx_q]
         # The embedding (the costliest stage) overlaps the analysis and the sources that need
         # no vector: those start as soon as the analysis has chosen the plan.
-        embedding = asyncio.ensure_future(
-            asyncio.to_thread(timed, "embed", lambda: [self._embed_cached(t) for t in texts])
+        embedding = asyncio.get_running_loop().run_in_executor(
+            self._embed_executor, timed, "embed", lambda: [self._embed_cached(t) for t in texts]
         )
         try:
             intent = await asyncio.to_thread(timed, "analyze", self.analyzer.analyze, q, now)
@@ -165,12 +187,18 @@ class Orchestrator:
             embedding.cancel()
             stages.pop("embed", None)
 
-        if reports and all(r.status == "error" for r in reports.values()):
-            raise StoreUnavailable("no search source could run: " + ", ".join(
-                f"{k}: {r.error}" for k, r in reports.items()))
+        tried = {k: r for k, r in reports.items() if r.status != "skipped"}
+        if tried and all(r.status in ("timeout", "error") for r in tried.values()):
+            # Nothing answered: an empty 200 would read as "no memory matches".
+            m.UNAVAILABLE.inc()
+            raise StoreUnavailable("no search source answered: " + ", ".join(
+                f"{k}: {r.error}" for k, r in tried.items()))
 
         t_rr = time.perf_counter()
-        scored, counts = rerank(per_source, p.preset, now=now, window=window, limit=options.limit, query=q)
+        # Off the event loop: the n-gram signal over long uncached memories is CPU work.
+        scored, counts = await asyncio.to_thread(
+            rerank, per_source, p.preset, now=now, window=window, limit=options.limit, query=q
+        )
         stages["rerank"] = (time.perf_counter() - t_rr) * 1000.0
         m.RERANK_LATENCY.observe(stages["rerank"])
 
@@ -253,20 +281,32 @@ class Orchestrator:
             if fn is None:
                 return source, [], SourceReport(source.value, 0.0, 0, "error", "no such source")
             sctx = ctx
+            timeout = self._timeout_s(source)
             if source not in TEXT_ONLY_SOURCES:
+                # A vector leg waits for the query embedding at most its own timeout: a hung
+                # or slow embedder degrades the vector legs, it does not hold the request.
+                t = time.perf_counter()
                 try:
-                    sctx = replace(ctx, vectors=list(await asyncio.shield(embedding)))
+                    vecs = await asyncio.wait_for(asyncio.shield(embedding), timeout=timeout)
+                    sctx = replace(ctx, vectors=list(vecs))
+                except TimeoutError:
+                    ms = (time.perf_counter() - t) * 1000.0
+                    m.SOURCE_TIMEOUTS.labels(source.value).inc()
+                    logger.warning("source %s: no query embedding after %.0f ms", source.value, ms)
+                    return source, [], SourceReport(
+                        source.value, ms, 0, "timeout", f"embedding not ready after {timeout * 1000:.0f} ms")
                 except Exception as exc:  # the embedding failed: the vector legs cannot run
                     m.SOURCE_ERRORS.labels(source.value).inc()
                     logger.warning("source %s skipped: embedding failed: %s", source.value, exc)
                     return source, [], SourceReport(source.value, 0.0, 0, "error", f"embedding failed: {type(exc).__name__}")
-            timeout = self._timeout_s(source)
             t = time.perf_counter()
             try:
                 got = await asyncio.wait_for(fn(_with_timeout(sctx, timeout)), timeout=timeout)
                 ms = (time.perf_counter() - t) * 1000.0
                 m.SEARCH_LATENCY.labels(source.value).observe(ms)
                 return source, got, SourceReport(source.value, ms, len(got), "ok")
+            except Skip as why:
+                return source, [], SourceReport(source.value, 0.0, 0, "skipped", str(why))
             except (TimeoutError, asyncpg.exceptions.QueryCanceledError):
                 ms = (time.perf_counter() - t) * 1000.0
                 m.SOURCE_TIMEOUTS.labels(source.value).inc()
@@ -284,19 +324,31 @@ class Orchestrator:
         return per_source, reports
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
+        """Write a run in the background; when the database is slow and writes pile up past
+        `run_log_max_pending`, drop this one and count it rather than hold memory for ever."""
+        if len(self._background) >= self.run_log_max_pending:
+            coro.close()
+            m.RUN_LOG_DROPPED.inc()
+            return
+        task = asyncio.get_running_loop().create_task(asyncio.wait_for(coro, self.run_log_timeout_s))
         self._background.add(task)
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._background.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            logger.error("writing a retrieval run failed: %s", task.exception())
+            m.RUN_LOG_DROPPED.inc()
+            logger.error("writing a retrieval run failed: %r", task.exception())
 
     async def flush(self) -> None:
         """Wait for background run-log writes (tests, shutdown)."""
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Finish background writes; stop the embedding threads (a hung one is left behind)."""
+        await self.flush()
+        self._embed_executor.shutdown(wait=False, cancel_futures=True)
 
 
 def _with_timeout(ctx: SearchContext, timeout: float) -> SearchContext:

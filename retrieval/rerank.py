@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -10,6 +9,7 @@ from datetime import datetime
 
 import numpy as np
 
+from retrieval.cache import ByteLRU
 from retrieval.models import Candidate, Fusion, ScoredResult, Source, TimeRange
 from retrieval.strategy import Preset
 
@@ -86,12 +86,16 @@ def char_ngrams(text: str, n: int = 2) -> set[str]:
     return {t[i : i + n] for i in range(len(t) - n + 1)} if len(t) >= n else ({t} if t else set())
 
 
-def _doc_ngrams_impl(text: str, n: int) -> frozenset[str]:
-    return frozenset(char_ngrams(text, n))
+# Candidates repeat across queries; a cache saves most of the n-gram work. It is bounded by
+# bytes (about 110 per n-gram: set slot and string object): one 100k-character memory alone
+# makes ~100k n-grams, ~11 MB.
+NGRAM_CACHE_BYTES = 64 * 1024 * 1024
+_NGRAMS: ByteLRU[frozenset[str]] = ByteLRU(NGRAM_CACHE_BYTES, lambda _k, v: 200 + 110 * len(v))
 
 
-# Candidates repeat across queries; a small cache saves most of the n-gram work.
-doc_ngrams = functools.lru_cache(maxsize=1024)(_doc_ngrams_impl)
+def doc_ngrams(text: str, n: int) -> frozenset[str]:
+    """The character n-grams of a memory's text (cached)."""
+    return _NGRAMS.get_or_compute((text, n), lambda: frozenset(char_ngrams(text, n)))
 
 
 def lexical_overlap(query: str, docs: Mapping[int, str], n: int = 2) -> dict[int, float]:

@@ -32,7 +32,7 @@ class Runtime:
     orchestrator: Orchestrator
 
     async def close(self) -> None:
-        await self.orchestrator.flush()
+        await self.orchestrator.close()
         await self.pool.close()
 
 
@@ -53,7 +53,14 @@ async def open_runtime(settings: Settings, *, embedder: Embedder | None = None, 
         nlp = await asyncio.to_thread(JapaneseNLP, settings.spacy_model, ner=settings.ner == "spacy")
     if embedder is None:
         embedder = await asyncio.to_thread(create_embedder, settings)
-    pool = await create_pool(dsn, min_size=settings.pool_min, max_size=settings.pool_max, ef_search=settings.hnsw_ef_search)
+    pool = await create_pool(
+        dsn,
+        min_size=settings.pool_min,
+        max_size=settings.pool_max,
+        ef_search=settings.hnsw_ef_search,
+        statement_timeout_ms=settings.statement_timeout_ms,
+        idle_in_transaction_timeout_ms=settings.idle_in_transaction_timeout_ms,
+    )
     try:
         async with pool.acquire() as conn:
             await check_embedding_model(conn, embedder.name, embedder.dim)
@@ -75,5 +82,6 @@ async def open_runtime(settings: Settings, *, embedder: Embedder | None = None, 
         max_query_chars=settings.max_query_chars,
         max_limit=settings.max_limit,
         log_runs=settings.log_runs,
+        embed_cache_bytes=settings.embed_cache_bytes,
     )
     return Runtime(settings, dsn, pool, nlp, analyzer, embedder, orch)

@@ -6,7 +6,8 @@ expiry, archive and `searchable` through the same WHERE clause ($1..$5).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -98,8 +99,11 @@ def _trigram_sql(n: int) -> str:
     # one WHERE was planned as a scan of the namespace: ILIKE on long Japanese text costs ~10 us
     # a row, which the planner does not know (715 ms on the 13.4k JSQuAD passages; this: 13 ms).
     # Scoring is containment only: word_similarity() on every match cost seconds on common names.
+    # Each branch is confined to the namespace, so another tenant's rows are never joined
+    # (their cost still shows in the shared index's bitmap, which holds every namespace).
     branches = " UNION ALL ".join(
-        f"SELECT id, length(${8 + i}) AS w FROM memories WHERE content ILIKE ${8 + i}" for i in range(n)
+        f"SELECT id, length(${8 + i}) AS w FROM memories WHERE namespace = $1 AND content ILIKE ${8 + i}"
+        for i in range(n)
     )
     return f"""
 WITH hit AS (SELECT b.id, sum(b.w) AS w FROM ({branches}) AS b GROUP BY b.id)
@@ -112,6 +116,23 @@ ORDER BY score DESC, m.created_at DESC LIMIT $7"""
 # Returns live memories containing any of 1..6 name-like strings, scored by the share of the
 # strings' characters that they contain (longer names weigh more). Index = number of strings.
 TRIGRAM_SQL = {n: _trigram_sql(n) for n in range(1, MAX_TRIGRAM_TERMS + 1)}
+
+
+class Skip(Exception):
+    """The source has nothing to search for in this query (no window, no keywords, no names)."""
+
+
+# Sets the statement timeout of the current transaction (milliseconds, as text).
+SET_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', $1, true)"
+
+
+@asynccontextmanager
+async def leg_connection(ctx: SearchContext) -> AsyncIterator[asyncpg.Connection]:
+    """A pool connection in a read-only transaction that the server itself cancels at the leg's
+    deadline: a query whose caller has given up must not run on and hold the connection."""
+    async with ctx.pool.acquire(timeout=ctx.timeout_s) as conn, conn.transaction(readonly=True):
+        await conn.execute(SET_STATEMENT_TIMEOUT, str(max(1, int(ctx.timeout_s * 1000))))
+        yield conn
 
 
 @dataclass
@@ -171,7 +192,7 @@ def _rows(rows: list[asyncpg.Record], source: Source) -> list[Candidate]:
 async def _knn(ctx: SearchContext, source: Source, window: TimeRange | None) -> list[Candidate]:
     best: dict[int, Candidate] = {}
     args = ctx.where_args(window)
-    async with ctx.pool.acquire() as conn:
+    async with leg_connection(ctx) as conn:
         sql = VECTOR_SQL
         if window is not None:
             n = await conn.fetchval(WINDOW_COUNT_SQL, args[0], args[3], args[4], EXACT_WINDOW_MAX + 1, timeout=ctx.timeout_s)
@@ -195,16 +216,16 @@ async def vector(ctx: SearchContext) -> list[Candidate]:
 async def temporal(ctx: SearchContext) -> list[Candidate]:
     """Nearest neighbours inside the query's time window (spec 3.3.3); nothing without one."""
     if ctx.window is None:
-        return []
+        raise Skip("the query names no time window")
     return await _knn(ctx, Source.TEMPORAL, ctx.window)
 
 
 async def keyword(ctx: SearchContext) -> list[Candidate]:
     """BM25 over the Sudachi tokens of any of the query's keywords, from impact-ordered postings."""
     if not ctx.intent.keywords:
-        return []
+        raise Skip("the query has no keywords")
     text = " ".join(ctx.intent.keywords)
-    async with ctx.pool.acquire() as conn:
+    async with leg_connection(ctx) as conn:
         stats = await conn.fetch(TERM_STATS_SQL, ctx.filters.namespace, text, timeout=ctx.timeout_s)
         if not stats:
             return []
@@ -263,9 +284,9 @@ async def trigram(ctx: SearchContext) -> list[Candidate]:
     """Character n-gram matches of names and model numbers that tokenizers split badly."""
     pairs = trigram_terms(ctx.intent)
     if not pairs:
-        return []
+        raise Skip("the query names nothing to match character by character")
     terms = [t for t, _ in pairs]
-    async with ctx.pool.acquire() as conn:
+    async with leg_connection(ctx) as conn:
         common = {
             r["i"] - 1
             for r in await conn.fetch(NAME_DF_SQL, ctx.filters.namespace, [x for _, x in pairs], timeout=ctx.timeout_s)
@@ -277,12 +298,11 @@ async def trigram(ctx: SearchContext) -> list[Candidate]:
             return []
         patterns = ["%" + like_escape(t) + "%" for t in terms]
         total = float(sum(len(p) for p in patterns))
-        async with conn.transaction():
-            # The trigram index or nothing: a sequential scan would ILIKE every memory.
-            await conn.execute("SET LOCAL enable_seqscan = off")
-            rows = await conn.fetch(
-                TRIGRAM_SQL[len(terms)], *ctx.where_args(), total, ctx.k, *patterns, timeout=ctx.timeout_s
-            )
+        # The trigram index or nothing: a sequential scan would ILIKE every memory.
+        await conn.execute("SET LOCAL enable_seqscan = off")
+        rows = await conn.fetch(
+            TRIGRAM_SQL[len(terms)], *ctx.where_args(), total, ctx.k, *patterns, timeout=ctx.timeout_s
+        )
     return _rows(rows, Source.TRIGRAM)
 
 

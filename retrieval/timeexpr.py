@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from retrieval.models import TimeRange
+from retrieval.models import TIME_MAX, TIME_MIN, TimeRange, time_in_bounds
 
 _KANJI_DIGITS = {"〇": 0, "一": 1, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 
@@ -297,13 +297,19 @@ def parse_time(text: str, now: datetime, tz: str | ZoneInfo = "Asia/Tokyo", rece
     zone = tz if isinstance(tz, ZoneInfo) else ZoneInfo(tz)
     if now.tzinfo is None:
         now = now.replace(tzinfo=zone)
-    ctx = _Ctx(now, zone, recent_days)
     out = TimeParse()
+    if not time_in_bounds(now):  # nothing relative can be resolved against such a now
+        return out
+    ctx = _Ctx(now, zone, recent_days)
     for pattern, handler in _RULES:
         for m in pattern.finditer(text):
             if any(s <= m.start() < e or s < m.end() <= e for s, e in out.spans):
                 continue
-            rng = handler(ctx, m)
+            held, rng = _resolve(handler, ctx, m)
+            if not held:
+                # A date past what can be held (3000年前, 1899年1月) is still a date: its words
+                # must not be read again as a shorter expression (1月 of this year).
+                out.spans.append((m.start(), m.end()))
             if rng is None:
                 continue
             out.spans.append((m.start(), m.end()))
@@ -320,6 +326,23 @@ def parse_time(text: str, now: datetime, tz: str | ZoneInfo = "Asia/Tokyo", rece
         if y and 1900 <= int(y) <= 2200 and y not in out.hints:
             out.hints.append(y)
     return out
+
+
+def _resolve(handler: Handler, ctx: _Ctx, m: re.Match[str]) -> tuple[bool, TimeRange | None]:
+    """(held, range): the handler's range clamped to [TIME_MIN, TIME_MAX). held is False for
+    a date that exists but cannot be held (3000年前, 99999999週間前, 9999-12-31): the query is
+    then answered without a window. A handler's own None (2025年2月30日) is held, no range."""
+    try:
+        rng = handler(ctx, m)
+    except (ValueError, OverflowError):
+        return False, None
+    if rng is None:
+        return True, None
+    start = max(rng.start, TIME_MIN) if rng.start is not None else None
+    end = min(rng.end, TIME_MAX) if rng.end is not None else None
+    if start is not None and end is not None and start >= end:
+        return False, None
+    return True, TimeRange(start, end, rng.relative, rng.text)
 
 
 def strip_spans(text: str, spans: list[tuple[int, int]]) -> str:

@@ -66,11 +66,11 @@ def evaluate(data, qrels, preset_for, limit: int = 100) -> dict[str, float]:
 
 
 def grid(args: argparse.Namespace) -> None:
-    import functools
-
     import retrieval.rerank as rr
+    from retrieval.cache import ByteLRU
 
-    rr.doc_ngrams = functools.lru_cache(maxsize=None)(rr._doc_ngrams_impl)
+    # The grid reranks the same candidates thousands of times: hold every n-gram set.
+    rr._NGRAMS = ByteLRU(1 << 40, lambda _k, v: 200 + 110 * len(v))
     with open(args.cands, "rb") as fh:
         data = pickle.load(fh)
     qrels = read_qrels(args.qrels)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from retrieval.config import Settings
-from retrieval.embeddings import EmbeddingError, OpenAIEmbedder, create_embedder
+from retrieval.embeddings import OpenAIEmbedder, create_embedder
+from retrieval.errors import EmbeddingError
 
 
 class _Handler(BaseHTTPRequestHandler):

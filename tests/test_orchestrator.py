@@ -67,9 +67,11 @@ async def test_sources_run_concurrently(analyzer):
     [
         ("   ", RetrievalOptions(), "query"),
         ("x" * 5000, RetrievalOptions(), "query"),
-        ("ok", RetrievalOptions(limit=0), "limit"),
-        ("ok", RetrievalOptions(limit=1000), "limit"),
-        ("ok", RetrievalOptions(time_range=TimeRange(NOW, NOW)), "time_range"),
+        ("ok", RetrievalOptions(limit=0), "options.limit"),
+        ("ok", RetrievalOptions(limit=1000), "options.limit"),
+        ("ok", RetrievalOptions(time_range=TimeRange(NOW, NOW)), "options.time_range"),
+        ("ok", RetrievalOptions(now=datetime.fromisoformat("0001-01-01T00:00:00+09:00")), "options.now"),
+        ("ok", RetrievalOptions(now=datetime.fromisoformat("9999-12-31T23:00:00-09:00")), "options.now"),
     ],
 )
 async def test_bad_input_names_field(analyzer, query, opts, field):

@@ -18,7 +18,7 @@ async def client(rt):
 
 @pytest.fixture
 async def authed(rt):
-    s = rt.settings.model_copy(update={"api_keys": "k-all,k-a:team-a"})
+    s = rt.settings.model_copy(update={"api_keys": "key-all-0001,key-team-a-01:team-a"})
     app = create_app(s, runtime=rt)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         app.state.runtime = rt
@@ -112,10 +112,10 @@ async def test_ops_endpoints(client):
 async def test_auth_keys_and_namespace_scopes(authed):
     assert (await authed.get("/healthz")).status_code == 200
     assert (await authed.post("/v1/retrieve", json={"query": "x"})).status_code == 401
-    h = {"Authorization": "Bearer k-a"}
+    h = {"Authorization": "Bearer key-team-a-01"}
     assert (await authed.post("/v1/retrieve", json={"query": "x", "namespace": "team-b"}, headers=h)).status_code == 403
     assert (await authed.post("/v1/retrieve", json={"query": "x", "namespace": "team-a"}, headers=h)).status_code == 200
-    h = {"Authorization": "Bearer k-all"}
+    h = {"Authorization": "Bearer key-all-0001"}
     assert (await authed.post("/v1/retrieve", json={"query": "x", "namespace": "team-b"}, headers=h)).status_code == 200
 
 
@@ -124,4 +124,5 @@ def test_settings_fail_fast():
         Settings(database_url="mysql://x")
     with pytest.raises(ValueError):
         Settings(pool_min=5, pool_max=2)
-    assert Settings(api_keys="a,b:x|y").parsed_api_keys() == {"a": None, "b": frozenset({"x", "y"})}
+    assert Settings(api_keys="aaaaaaaa,bbbbbbbb:x|y,cccccccc:*").parsed_api_keys() == {
+        "aaaaaaaa": None, "bbbbbbbb": frozenset({"x", "y"}), "cccccccc": None}

@@ -1,0 +1,178 @@
+"""HTTP API for the context assembler (FastAPI; OpenAPI at /openapi.json, pages at /docs).
+
+`create_app` builds the app: resources in the lifespan, the routers, middleware (body limit,
+metrics) and one mapping from error type to HTTP status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+import asyncpg
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from db.runs import purge_old
+from retrieval import metrics as m
+from retrieval.api.middleware import BodyLimit, HttpMetrics
+from retrieval.api.routes import memories, ops, retrieve
+from retrieval.api.schemas import COMMON_RESPONSES, document_limits
+from retrieval.config import Settings
+from retrieval.errors import (
+    EmbeddingError,
+    EmbeddingModelMismatch,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    RetrievalError,
+    StoreUnavailable,
+    Unauthorized,
+)
+from retrieval.models import Source, Strategy
+from retrieval.runtime import Runtime, open_runtime
+
+logger = logging.getLogger(__name__)
+
+# Seconds a client should wait before retrying a 503.
+RETRY_AFTER_S = 1
+
+# SQLSTATE classes that mean "the database cannot do this now": connection exceptions (08),
+# insufficient resources (53: too many connections, out of memory or disk), operator
+# intervention (57: shutdown, cannot connect now, query cancelled by a deadline).
+_UNAVAILABLE_SQLSTATE = ("08", "53", "57")
+
+# Error type -> HTTP status; the most specific type listed wins.
+STATUS: dict[type[BaseException], int] = {
+    InvalidInput: 422,
+    Unauthorized: 401,
+    Forbidden: 403,
+    NotFound: 404,
+    StoreUnavailable: 503,
+    EmbeddingModelMismatch: 503,
+    EmbeddingError: 503,
+    TimeoutError: 503,
+    OSError: 503,
+    asyncpg.InterfaceError: 503,
+    asyncpg.PostgresConnectionError: 503,
+    RetrievalError: 400,
+}
+
+
+def _status_of(exc: BaseException) -> int:
+    if isinstance(exc, asyncpg.PostgresError) and str(getattr(exc, "sqlstate", "")).startswith(_UNAVAILABLE_SQLSTATE):
+        return 503
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500
+
+
+def _invalid_detail(exc: InvalidInput) -> list[dict[str, Any]]:
+    out = []
+    for e in exc.errors:
+        field = str(e.get("field", ""))
+        if "index" in e:
+            loc: list[Any] = ["body", "memories", e["index"], field]
+            field = f"memories.{e['index']}.{field}"
+        else:
+            loc = ["body", *(int(p) if p.isdigit() else p for p in field.split(".") if p)]
+        out.append({"loc": loc, "field": field, "msg": str(e.get("reason", "invalid")), "type": "value_error"})
+    return out
+
+
+def _count_rejected_ingest(request: Request) -> None:
+    if request.method == "POST" and request.url.path == "/v1/memories":
+        m.INGEST_ERRORS.inc()
+
+
+async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    _count_rejected_ingest(request)
+    detail = [
+        {"loc": list(e.get("loc", [])), "field": ".".join(str(p) for p in e.get("loc", [])[1:]) or "body",
+         "msg": e.get("msg", "invalid"), "type": e.get("type", "")}
+        for e in exc.errors()
+    ]
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
+async def _on_error(request: Request, exc: Exception) -> JSONResponse:
+    status = _status_of(exc)
+    if isinstance(exc, InvalidInput):
+        _count_rejected_ingest(request)
+        return JSONResponse({"detail": _invalid_detail(exc)}, status_code=422)
+    if status == 503:
+        logger.warning("unavailable: %s: %s", type(exc).__name__, exc)
+        msg = str(exc) if isinstance(exc, RetrievalError) else "the database is unavailable"
+        return JSONResponse({"detail": f"unavailable, retry later: {msg}"}, status_code=503,
+                            headers={"Retry-After": str(RETRY_AFTER_S)})
+    if status == 500:
+        logger.exception("unhandled error", exc_info=exc)
+        return JSONResponse({"detail": "internal error"}, status_code=500)
+    return JSONResponse({"detail": str(exc)}, status_code=status)
+
+
+async def _retention(rt: Runtime, every_s: float = 3600.0) -> None:
+    """Delete run-log and feedback rows older than the retention, hourly, in batches."""
+    days = rt.settings.run_retention_days
+    while days > 0:
+        try:
+            for table, n in (await purge_old(rt.pool, days)).items():
+                m.RETENTION_DELETED.labels(table).inc(n)
+        except Exception as exc:  # the next round tries again
+            logger.warning("retention: %s", exc)
+        await asyncio.sleep(every_s)
+
+
+def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> FastAPI:
+    """The app; resources are built in the lifespan (or handed in, for tests)."""
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.runtime = runtime or await open_runtime(settings)
+        keeper = asyncio.create_task(_retention(app.state.runtime))
+        try:
+            yield
+        finally:
+            keeper.cancel()
+            with suppress(asyncio.CancelledError):
+                await keeper
+            if runtime is None:
+                await app.state.runtime.close()
+
+    app = FastAPI(
+        title="Retrieval Orchestrator",
+        version="0.1.0",
+        description="Japanese-first memory retrieval: query analysis, strategy selection, "
+        "concurrent vector / BM25 keyword / temporal / trigram search, fusion and reranking.",
+        lifespan=lifespan,
+        responses=COMMON_RESPONSES,
+    )
+    m.init_series([s.value for s in Strategy], [s.value for s in Source])
+    app.state.api_keys = settings.parsed_api_keys()
+    app.state.settings = settings
+    app.add_middleware(HttpMetrics)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_exception_handler(RequestValidationError, _on_validation)
+    for exc_type in (*STATUS, asyncpg.PostgresError, Exception):
+        app.add_exception_handler(exc_type, _on_error)
+    for r in (retrieve.router, memories.router, ops.router):
+        app.include_router(r)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                                 routes=app.routes)
+            app.openapi_schema = document_limits(schema, settings)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,44 @@
+"""Operations: liveness, readiness, Prometheus metrics (no auth: probes and scrapers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from db import migrate as migrations
+from retrieval.runtime import Runtime
+
+router = APIRouter(tags=["ops"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """The process is alive."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(request: Request) -> JSONResponse:
+    """Database reachable, migrations applied, models loaded."""
+    rt: Runtime | None = getattr(request.app.state, "runtime", None)
+    checks: dict[str, Any] = {"models": rt is not None}
+    if rt is not None:
+        try:
+            async with rt.pool.acquire(timeout=2) as conn:
+                await conn.fetchval("SELECT 1", timeout=2)
+                checks["database"] = True
+                checks["migrations_pending"] = await migrations.pending(conn)
+        except Exception as exc:  # readiness must answer, not raise
+            checks["database"] = False
+            checks["error"] = type(exc).__name__
+    ok = bool(checks.get("models") and checks.get("database") and not checks.get("migrations_pending"))
+    return JSONResponse({"ready": ok, **checks}, status_code=200 if ok else 503)
+
+
+@router.get("/metrics")
+async def metrics() -> Response:
+    """Prometheus exposition."""
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

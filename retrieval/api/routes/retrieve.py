@@ -1,0 +1,59 @@
+"""POST /v1/retrieve and GET /v1/runs/{run_id}."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path
+
+from db.runs import get_run
+from retrieval.api.deps import RuntimeDep, ScopeDep, check_scope
+from retrieval.api.schemas import (
+    UUID_PATTERN,
+    RetrieveRequest,
+    RetrieveResponse,
+    RunOut,
+    check_limits,
+)
+from retrieval.errors import NotFound
+from retrieval.models import RetrievalOptions, TimeRange
+
+router = APIRouter(tags=["retrieval"])
+
+
+@router.post("/v1/retrieve", response_model=RetrieveResponse)
+async def retrieve(body: RetrieveRequest, rt: RuntimeDep, scope: ScopeDep) -> dict[str, Any]:
+    """Find the memories that answer `query`, best first, each with a reason."""
+    check_scope(scope, body.namespace)
+    check_limits(rt.settings, body)
+    o = body.options
+    tr = o.time_range
+    opts = RetrievalOptions(
+        namespace=body.namespace,
+        force_strategy=o.force_strategy,
+        limit=o.limit,
+        time_range=TimeRange(tr.start, tr.end, None, "request") if tr else None,
+        memory_types=tuple(o.memory_types),
+        source_types=tuple(o.source_types),
+        now=o.now,
+        recent_conversation=tuple((msg.role, msg.content) for msg in body.recent_conversation),
+        include_metadata_details=o.include_metadata_details,
+    )
+    resp = await rt.orchestrator.retrieve(body.query, opts)
+    out = resp.to_json()
+    if not o.include_metadata_details:
+        for r in out["results"]:
+            r["signals"] = {}
+    return out
+
+
+@router.get("/v1/runs/{run_id}", response_model=RunOut)
+async def run(
+    run_id: Annotated[str, Path(pattern=UUID_PATTERN)], rt: RuntimeDep, scope: ScopeDep
+) -> dict[str, Any]:
+    """A logged retrieval run: plan, candidates, selection, latencies."""
+    got = await get_run(rt.pool, run_id)
+    if got is None:
+        raise NotFound(f"no run {run_id}")
+    check_scope(scope, got["namespace"])
+    return got

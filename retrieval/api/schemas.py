@@ -1,0 +1,229 @@
+"""Request and response bodies of the HTTP API (pydantic at the edge).
+
+Hostile input is refused here, by field: NUL characters and lone surrogates in any string,
+NaN/Infinity and deep or huge metadata, times outside 1900-2200 or without an offset, ids
+that a URL cannot address, duplicate ids in a batch. Sizes that the deployment configures
+(query length, result limit, batch and conversation sizes) are checked against `Settings` by
+`check_limits` and written into the OpenAPI document by `document_limits`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from retrieval.config import Settings
+from retrieval.errors import InvalidInput
+from retrieval.ingest import MAX_ID_CHARS, MemoryIn
+from retrieval.models import Strategy
+from retrieval.validation import Instant, SafeId, SafeStr
+
+NAMESPACE_PATTERN = r"^[A-Za-z0-9_.:\-]+$"
+UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+
+NamespaceStr = Annotated[str, Field(min_length=1, max_length=128, pattern=NAMESPACE_PATTERN)]
+Label = Annotated[SafeStr, Field(min_length=1, max_length=64)]
+
+
+class Message(BaseModel):
+    role: Literal["user", "assistant", "system"]
+    content: SafeStr
+
+
+class TimeRangeIn(BaseModel):
+    start: Instant | None = None
+    end: Instant | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TimeRangeIn:
+        if self.start and self.end and self.start >= self.end:
+            raise ValueError("start must be before end")
+        if self.start is None and self.end is None:
+            raise ValueError("give start, end or both")
+        return self
+
+
+class RetrieveOptionsIn(BaseModel):
+    force_strategy: Strategy | None = None
+    limit: int = Field(default=10, ge=1)
+    time_range: TimeRangeIn | None = Field(default=None, description="Hard filter on created_at.")
+    memory_types: list[Label] = Field(default_factory=list, max_length=20)
+    source_types: list[Label] = Field(default_factory=list, max_length=20)
+    include_metadata_details: bool = True
+    now: Instant | None = Field(default=None, description="Resolve time words against this instant.")
+
+
+class RetrieveRequest(BaseModel):
+    query: SafeStr = Field(min_length=1)
+    namespace: NamespaceStr = "default"
+    recent_conversation: list[Message] = Field(default_factory=list)
+    options: RetrieveOptionsIn = Field(default_factory=RetrieveOptionsIn)
+
+    @field_validator("query")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty or whitespace")
+        return v
+
+
+class ResultOut(BaseModel):
+    id: str
+    content: str
+    title: str | None
+    memory_type: str
+    source_type: str
+    metadata: dict[str, Any]
+    created_at: datetime
+    score: float
+    signals: dict[str, float]
+    sources: list[str]
+    relevance: str = Field(description="high | medium | outside_window")
+    reason: str
+
+
+class SourceOut(BaseModel):
+    latency_ms: float
+    count: int
+    status: str = Field(description="ok | skipped (nothing to search for) | timeout | error")
+    error: str | None
+
+
+class MetadataOut(BaseModel):
+    strategy_used: Strategy
+    query_intent: dict[str, Any]
+    total_latency_ms: float
+    search_breakdown: dict[str, SourceOut]
+    stage_latency_ms: dict[str, float]
+    num_results_before_rerank: int
+    num_results_after_rerank: int
+    degraded: list[str] = Field(description="Sources that timed out or failed: the answer is partial.")
+    run_id: str
+    params: dict[str, Any]
+
+
+class RetrieveResponse(BaseModel):
+    results: list[ResultOut]
+    metadata: MetadataOut | None
+
+
+class MemoriesIn(BaseModel):
+    namespace: NamespaceStr = "default"
+    memories: list[MemoryIn] = Field(min_length=1)
+
+
+class IngestOut(BaseModel):
+    namespace: str
+    received: int
+    inserted: int
+    updated: int
+    embedded: int
+    ids: list[str]
+    seconds: float
+
+
+class FeedbackIn(BaseModel):
+    namespace: NamespaceStr = "default"
+    memory_id: SafeId = Field(min_length=1, max_length=MAX_ID_CHARS)
+    run_id: str | None = Field(default=None, pattern=UUID_PATTERN)
+    negative: bool = True
+    comment: SafeStr | None = Field(default=None, max_length=2000)
+
+
+class MemoryOut(BaseModel):
+    id: str
+    namespace: str
+    content: str
+    title: str | None
+    memory_type: str
+    source_type: str
+    metadata: dict[str, Any]
+    created_at: datetime
+    ingested_at: datetime
+    expires_at: datetime | None
+    is_archived: bool
+    searchable: bool
+
+
+class ArchivedOut(BaseModel):
+    id: str
+    namespace: str
+    archived: bool
+
+
+class FeedbackOut(BaseModel):
+    id: str
+    namespace: str
+    searchable: bool
+
+
+class RunOut(BaseModel):
+    run_id: str
+    namespace: str
+    query: str
+    strategy: str
+    plan: dict[str, Any]
+    candidate_ids: list[str]
+    selected_ids: list[str]
+    latencies: dict[str, Any]
+    degraded: list[str]
+    created_at: datetime
+
+
+class Problem(BaseModel):
+    """An error: `detail` is a message, or a list of {loc, field, msg} for invalid input."""
+
+    detail: str | list[dict[str, Any]]
+
+
+COMMON_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": Problem, "description": "API keys are configured and none was given, or an unknown one"},
+    403: {"model": Problem, "description": "the API key may not use this namespace"},
+    413: {"model": Problem, "description": "request body over RETRIEVAL_MAX_BODY_BYTES"},
+    503: {"model": Problem, "description": "the database is unavailable or did not answer in time; see Retry-After"},
+}
+
+
+def check_limits(settings: Settings, body: BaseModel) -> None:
+    """The configured sizes a body must keep to (the orchestrator checks query and limit)."""
+    errors: list[dict[str, object]] = []
+    if isinstance(body, RetrieveRequest):
+        conv = body.recent_conversation
+        if len(conv) > settings.max_conversation_messages:
+            errors.append({"field": "recent_conversation",
+                           "reason": f"more than {settings.max_conversation_messages} messages"})
+        for i, msg in enumerate(conv):
+            if len(msg.content) > settings.max_message_chars:
+                errors.append({"field": f"recent_conversation.{i}.content",
+                               "reason": f"longer than {settings.max_message_chars} characters"})
+    if isinstance(body, MemoriesIn):
+        if len(body.memories) > settings.max_batch:
+            errors.append({"field": "memories", "reason": f"more than {settings.max_batch} memories in one batch"})
+        seen: dict[str, int] = {}
+        for i, it in enumerate(body.memories):
+            if it.id is not None and it.id in seen:
+                errors.append({"index": i, "field": "id",
+                               "reason": f"duplicate id {it.id!r} (first at item {seen[it.id]})"})
+            elif it.id is not None:
+                seen[it.id] = i
+    if errors:
+        raise InvalidInput(errors)
+
+
+def document_limits(schema: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """Write the configured limits into the OpenAPI document, where clients and fuzzers read them."""
+    comps = schema.get("components", {}).get("schemas", {})
+
+    def put(model: str, field: str, **bounds: Any) -> None:
+        prop = comps.get(model, {}).get("properties", {}).get(field)
+        if prop is not None:
+            prop.update(bounds)
+
+    put("RetrieveRequest", "query", maxLength=settings.max_query_chars)
+    put("RetrieveRequest", "recent_conversation", maxItems=settings.max_conversation_messages)
+    put("Message", "content", maxLength=settings.max_message_chars)
+    put("RetrieveOptionsIn", "limit", maximum=settings.max_limit)
+    put("MemoriesIn", "memories", maxItems=settings.max_batch)
+    return schema

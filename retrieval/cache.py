@@ -1,0 +1,53 @@
+"""A least-recently-used cache bounded by bytes, safe to share between threads.
+
+The caches of the read path hold what a caller controls the size of (query texts of up to a
+conversation's length, n-gram sets of memories of up to 100k characters): bounded by entry
+count, a few large entries would hold gigabytes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+V = TypeVar("V")
+
+
+class ByteLRU(Generic[V]):
+    """get_or_compute(key, fn) with at most `max_bytes` held; `size(key, value)` estimates an
+    entry. An entry larger than an eighth of the budget is computed but never held."""
+
+    def __init__(self, max_bytes: int, size: Callable[[Hashable, V], int]) -> None:
+        self.max_bytes = max_bytes
+        self._size = size
+        self._items: OrderedDict[Hashable, tuple[V, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get_or_compute(self, key: Hashable, fn: Callable[[], V]) -> V:
+        with self._lock:
+            got = self._items.get(key)
+            if got is not None:
+                self._items.move_to_end(key)
+                self.hits += 1
+                return got[0]
+            self.misses += 1
+        value = fn()  # outside the lock: concurrent misses of one key may both compute it
+        n = self._size(key, value)
+        if n > self.max_bytes // 8:
+            return value
+        with self._lock:
+            if key not in self._items:
+                self._items[key] = (value, n)
+                self.bytes += n
+            while self.bytes > self.max_bytes and self._items:
+                _, (_, dropped) = self._items.popitem(last=False)
+                self.bytes -= dropped
+        return value
