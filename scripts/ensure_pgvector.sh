@@ -13,13 +13,13 @@ fi
 PG_CONFIG="$("$PY" -c 'import pgserver, pathlib; print(pathlib.Path(pgserver.__file__).parent / "pginstall/bin/pg_config")' 2>/dev/null)"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
-if [ ! -f /etc/apt/sources.list.d/pgvector-src.list ]; then
-  # pgvector's source is in Debian trixie (bookworm has none); only its source is fetched.
-  echo "deb-src http://deb.debian.org/debian trixie main" > /etc/apt/sources.list.d/pgvector-src.list
-fi
-apt-get update -qq -o Dir::Etc::sourcelist=/etc/apt/sources.list.d/pgvector-src.list \
-  -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0 >/dev/null
-(cd "$WORK" && apt-get source --download-only -qq pgvector >/dev/null 2>&1)
+# pgvector's source is in Debian trixie (bookworm has none); only its source is fetched, from
+# the Debian archive this machine's apt is configured with (no host is named here). The
+# source line lives in a temporary list used by these two commands only.
+python3 "$(dirname "$0")/debian_source.py" trixie main > "$WORK/pgvector-src.list"
+APT_SRC=(-o Dir::Etc::sourcelist="$WORK/pgvector-src.list" -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0)
+apt-get update -qq "${APT_SRC[@]}" >/dev/null
+(cd "$WORK" && apt-get source --download-only -qq "${APT_SRC[@]}" pgvector >/dev/null 2>&1)
 tar -xzf "$WORK"/pgvector_*.orig.tar.gz -C "$WORK"
 SRC="$(find "$WORK" -maxdepth 1 -type d -name 'pgvector-*' | head -1)"
 # pgvector 0.8.0 predates PostgreSQL 18: two API changes to follow.

@@ -13,10 +13,6 @@ from retrieval import metrics as m
 KNOWN_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 
 
-class _TooLarge(Exception):
-    pass
-
-
 async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
     data = json.dumps(body).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
@@ -48,28 +44,36 @@ class BodyLimit:
                     await _send_json(send, 413, detail)
                     return
         seen = 0
-        started = False
+        started = rejected = False
 
         async def counted_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, rejected
+            if rejected:
+                return {"type": "http.disconnect"}
             msg = await receive()
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > limit:
-                    raise _TooLarge
+                    # Answer now; the app sees the client leave and whatever it sends is dropped.
+                    rejected = True
+                    if not started:
+                        await _send_json(send, 413, detail)
+                    return {"type": "http.disconnect"}
             return msg
 
         async def tracked_send(msg: Message) -> None:
             nonlocal started
+            if rejected:
+                return
             if msg["type"] == "http.response.start":
                 started = True
             await send(msg)
 
         try:
             await self.app(scope, counted_receive, tracked_send)
-        except _TooLarge:
-            if not started:
-                await _send_json(send, 413, detail)
+        except Exception:
+            if not rejected:
+                raise
 
 
 class HttpMetrics:

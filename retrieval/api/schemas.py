@@ -186,6 +186,9 @@ COMMON_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "no such memory or run"}}
+
+
 def check_limits(settings: Settings, body: BaseModel) -> None:
     """The configured sizes a body must keep to (the orchestrator checks query and limit)."""
     errors: list[dict[str, object]] = []

@@ -1,28 +1,8 @@
 """The HTTP API over the real runtime: retrieve, memories, feedback, errors, auth, ops."""
 
-import httpx
 import pytest
 
-from retrieval.api import create_app
 from retrieval.config import Settings
-
-
-@pytest.fixture
-async def client(rt):
-    app = create_app(rt.settings, runtime=rt)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://t"
-    ) as c:
-        yield c
-
-
-@pytest.fixture
-async def authed(rt):
-    s = rt.settings.model_copy(update={"api_keys": "key-all-0001,key-team-a-01:team-a"})
-    app = create_app(s, runtime=rt)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
-        app.state.runtime = rt
-        yield c
 
 
 async def test_memories_retrieve_get_archive_feedback(client, ns, rt):

@@ -13,6 +13,7 @@ from retrieval import metrics as m
 from retrieval.api.deps import RuntimeDep, ScopeDep, check_scope
 from retrieval.api.schemas import (
     NAMESPACE_PATTERN,
+    NOT_FOUND,
     ArchivedOut,
     FeedbackIn,
     FeedbackOut,
@@ -61,7 +62,7 @@ async def add_memories(body: MemoriesIn, rt: RuntimeDep, scope: ScopeDep) -> dic
     return rep.to_json()
 
 
-@router.get("/v1/memories/{memory_id}", response_model=MemoryOut)
+@router.get("/v1/memories/{memory_id}", response_model=MemoryOut, responses=NOT_FOUND)
 async def get_memory(
     memory_id: MemoryIdPath, rt: RuntimeDep, scope: ScopeDep, namespace: NamespaceQuery = "default"
 ) -> dict[str, Any]:
@@ -76,7 +77,7 @@ async def get_memory(
     return out
 
 
-@router.delete("/v1/memories/{memory_id}", response_model=ArchivedOut)
+@router.delete("/v1/memories/{memory_id}", response_model=ArchivedOut, responses=NOT_FOUND)
 async def archive_memory(
     memory_id: MemoryIdPath, rt: RuntimeDep, scope: ScopeDep, namespace: NamespaceQuery = "default"
 ) -> dict[str, Any]:
@@ -90,7 +91,7 @@ async def archive_memory(
     return {"id": memory_id, "namespace": namespace, "archived": True}
 
 
-@router.post("/v1/feedback", response_model=FeedbackOut)
+@router.post("/v1/feedback", response_model=FeedbackOut, responses=NOT_FOUND)
 async def feedback(body: FeedbackIn, rt: RuntimeDep, scope: ScopeDep) -> dict[str, Any]:
     """Negative feedback makes a memory unsearchable for every future retrieval."""
     check_scope(scope, body.namespace)

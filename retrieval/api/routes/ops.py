@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
 
 from db import migrate as migrations
 from retrieval.runtime import Runtime
@@ -20,7 +21,21 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+class ReadyOut(BaseModel):
+    ready: bool
+    models: bool
+    database: bool | None = None
+    migrations_pending: list[int] | None = None
+    error: str | None = None
+
+
+_READY_RESPONSES: dict[int | str, dict[str, Any]] = {503: {"model": ReadyOut, "description": "not ready"}}
+_METRICS_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"}
+}
+
+
+@router.get("/readyz", response_model=ReadyOut, responses=_READY_RESPONSES)
 async def readyz(request: Request) -> JSONResponse:
     """Database reachable, migrations applied, models loaded."""
     rt: Runtime | None = getattr(request.app.state, "runtime", None)
@@ -38,7 +53,7 @@ async def readyz(request: Request) -> JSONResponse:
     return JSONResponse({"ready": ok, **checks}, status_code=200 if ok else 503)
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=Response, responses=_METRICS_RESPONSES)
 async def metrics() -> Response:
     """Prometheus exposition."""
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path
 from db.runs import get_run
 from retrieval.api.deps import RuntimeDep, ScopeDep, check_scope
 from retrieval.api.schemas import (
+    NOT_FOUND,
     UUID_PATTERN,
     RetrieveRequest,
     RetrieveResponse,
@@ -47,7 +48,7 @@ async def retrieve(body: RetrieveRequest, rt: RuntimeDep, scope: ScopeDep) -> di
     return out
 
 
-@router.get("/v1/runs/{run_id}", response_model=RunOut)
+@router.get("/v1/runs/{run_id}", response_model=RunOut, responses=NOT_FOUND)
 async def run(
     run_id: Annotated[str, Path(pattern=UUID_PATTERN)], rt: RuntimeDep, scope: ScopeDep
 ) -> dict[str, Any]:

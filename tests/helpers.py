@@ -1,0 +1,55 @@
+"""Helpers the tests import (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def running_server(dsn: str, env: dict[str, str] | None = None, ready_s: float = 60.0) -> Iterator[str]:
+    """`retrieval serve` on a free loopback port over dsn; yields its base URL, stops it after."""
+    port = free_port()
+    log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"retrieval-serve-{port}.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "retrieval.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT, env={**os.environ, "DATABASE_URL": dsn, **(env or {})}, stdout=log, stderr=log,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + ready_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}; see {log.name}")
+            try:
+                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server not ready after {ready_s} s; see {log.name}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
