@@ -29,6 +29,10 @@ def embedded_dsn(data_dir: Path) -> str:
             server = pgserver.get_server(data_dir, cleanup_mode=None)
         _servers[data_dir] = server
         logger.info("embedded PostgreSQL at %s", data_dir)
+    elif not (data_dir / "postmaster.pid").exists():
+        # Stopped since this process first started it (a restart): start it again.
+        with server._lock:  # type: ignore[attr-defined]
+            server.ensure_postgres_running()  # type: ignore[attr-defined]
     return str(server.get_uri())  # type: ignore[attr-defined]
 
 
@@ -43,7 +47,6 @@ def stop_embedded(data_dir: Path, wait_s: float = 30.0) -> None:
     A fast shutdown by signal to the postmaster: pg_ctl refuses to run as root, and the
     server runs as the wheel's own unprivileged user."""
     data_dir = Path(data_dir).expanduser().resolve()
-    _servers.pop(data_dir, None)
     pid_file = data_dir / "postmaster.pid"
     try:
         pid = int(pid_file.read_text().split()[0])

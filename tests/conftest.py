@@ -6,11 +6,12 @@ import os
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
+from retrieval.api import create_app
 from retrieval.config import Settings
-
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
+from tests.helpers import KEY_ALL, KEY_TEAM_A
 
 
 @pytest.fixture(scope="session")
@@ -59,5 +60,23 @@ def ns() -> str:
     return f"t-{uuid.uuid4().hex[:12]}"
 
 
-def shared_file(*parts: str) -> Path:
-    return SHARED.joinpath(*parts)
+
+
+@pytest.fixture
+async def client(rt):
+    app = create_app(rt.settings, runtime=rt)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://t"
+    ) as c:
+        yield c
+
+
+@pytest.fixture
+async def authed(rt):
+    """An app with two keys: one for every namespace, one for `team-a` only."""
+    s = rt.settings.model_copy(update={"api_keys": f"{KEY_ALL},{KEY_TEAM_A}:team-a"})
+    app = create_app(s, runtime=rt)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://t"
+    ) as c:
+        yield c

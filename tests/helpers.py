@@ -14,6 +14,15 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+
+KEY_ALL = "key-all-0001"
+KEY_TEAM_A = "key-team-a-01"
+
+
+def shared_file(*parts: str) -> Path:
+    """A file of the evaluation data beside the repository (tests skip when it is absent)."""
+    return SHARED.joinpath(*parts)
 
 
 def free_port() -> int:

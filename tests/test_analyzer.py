@@ -8,7 +8,7 @@ import pytest
 from retrieval.analyzer import CueDictionary, QueryAnalyzer
 from retrieval.models import QueryIntent, QueryType, Strategy, TimeRange
 from retrieval.strategy import PRESETS, plan, select_strategy
-from tests.conftest import shared_file
+from tests.helpers import shared_file
 
 NOW = datetime.fromisoformat("2026-11-22T12:00:00+09:00")
 

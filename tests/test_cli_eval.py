@@ -6,7 +6,7 @@ from datetime import datetime
 import pytest
 
 from retrieval.cli import main
-from tests.conftest import shared_file
+from tests.helpers import shared_file
 
 
 @pytest.fixture

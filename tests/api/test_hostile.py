@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from retrieval.config import Settings
-from tests.api.conftest import KEY_ALL, KEY_TEAM_A
+from tests.helpers import KEY_ALL, KEY_TEAM_A
 
 
 def _mem(**kw):
