@@ -58,9 +58,17 @@ async def test_upgrade_fills_postings_for_existing_memories(rt, tmp_path):
             await conn.execute(
                 "INSERT INTO memories (external_id, namespace, content, embedding, search_tokens, token_count, term_tf) "
                 "VALUES ('a', 'ns', 'x', '[1,0,0]', 'ジム ジム 筋トレ', 3, '{\"ジム\": 2, \"筋トレ\": 1}')")
+            # Statistics that drifted under the old write path (a duplicate id counted twice),
+            # and an eval cache key in the service table.
+            await conn.execute("INSERT INTO term_df VALUES ('ns', 'ジム', 2), ('ns', '筋トレ', 2)")
+            await conn.execute("INSERT INTO namespace_stats VALUES ('ns', 2, 6, 'k1')")
             assert await migrations.migrate(conn, embedding_dim=3) == [m.version for m in migrations.load_migrations()][1:]
             rows = await conn.fetch("SELECT term, tf, dl FROM postings ORDER BY term")
             assert [(r["term"], r["tf"], r["dl"]) for r in rows] == [("ジム", 2, 3), ("筋トレ", 1, 3)]
+            # 0004 recounts them from the rows and moves the harness's key to its own table.
+            assert dict(await conn.fetch("SELECT term, df FROM term_df")) == {"ジム": 1, "筋トレ": 1}
+            assert tuple(await conn.fetchrow("SELECT doc_count, total_tokens FROM namespace_stats")) == (1, 3)
+            assert await conn.fetchval("SELECT cache_key FROM harness_indexes WHERE namespace = 'ns'") == "k1"
         finally:
             await conn.close()
     finally:
