@@ -173,14 +173,15 @@ async def run_eval(
         run[q.id] = {r.id: float(n - i) for i, r in enumerate(resp.results)}
         used[q.id] = resp.metadata.strategy_used.value
         tr = resp.metadata.query_intent.time_range
-        if tr is not None and tr.start is not None and tr.end is not None:
-            # The promise of a named window: nothing from outside it in the top 5 while the
-            # window itself holds at least 5 memories.
+        start, end = (tr.outer_start, tr.outer_end) if tr is not None else (None, None)
+        if start is not None and end is not None:
+            # The promise of a named window: nothing from outside it (with its soft edges, when
+            # fuzzy) in the top 5 while the window itself holds at least 5 memories.
             async with rt.pool.acquire() as conn:
-                held = await conn.fetchval(_IN_WINDOW, namespace, tr.start, tr.end)
+                held = await conn.fetchval(_IN_WINDOW, namespace, start, end)
             if held >= 5:
                 windowed += 1
-                violations += any(not (tr.start <= r.created_at < tr.end) for r in resp.results[:5])
+                violations += any(not (start <= r.created_at < end) for r in resp.results[:5])
     out: dict[str, Any] = {"n_queries": len(queries), **score(qrels, run)}
     lat = np.asarray(latencies) if latencies else np.zeros(1)
     out["p50_ms"] = round(float(np.percentile(lat, 50)), 2)

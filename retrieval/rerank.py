@@ -123,6 +123,27 @@ def recency_factor(created_at: datetime, now: datetime, *, half_life_days: float
     return 1.0 - weight + weight * math.pow(0.5, age_days / half_life_days)
 
 
+def near_window(created_at: datetime, window: TimeRange | None) -> float:
+    """For a fuzzy window (先週頃): 0 inside the core, else how far into the soft edge a
+    memory lies (0-1], or -1 outside both."""
+    if window is None or in_window(created_at, window):
+        return 0.0
+    outer = TimeRange(window.outer_start, window.outer_end)
+    if not window.fuzzy or not in_window(created_at, outer):
+        return -1.0
+    if window.start is not None and created_at < window.start and window.outer_start is not None:
+        edge, width = window.start - created_at, window.start - window.outer_start
+    elif window.end is not None and window.outer_end is not None:
+        edge, width = created_at - window.end, window.outer_end - window.end
+    else:
+        return -1.0
+    return max(edge / width, 1e-6) if width.total_seconds() > 0 else -1.0
+
+
+# A memory at the far end of a fuzzy window's soft edge keeps this share of its score.
+NEAR_WINDOW_FLOOR = 0.5
+
+
 def in_window(created_at: datetime, window: TimeRange | None) -> bool:
     if window is None:
         return True
@@ -183,7 +204,7 @@ def dedupe(
     return kept, dropped
 
 
-def explain(r: ScoredResult, window: TimeRange | None, recency: float, inside: bool) -> str:
+def explain(r: ScoredResult, window: TimeRange | None, recency: float, near: float) -> str:
     """A short reason: which sources found it and each signal's value."""
     parts = []
     for s in r.sources:
@@ -195,7 +216,12 @@ def explain(r: ScoredResult, window: TimeRange | None, recency: float, inside: b
     text = "found by " + " + ".join(parts) if parts else "no source"
     if window is not None:
         label = window.relative or window.text or "window"
-        text += f"; inside {label}" if inside else f"; outside {label}"
+        if near == 0:
+            text += f"; inside {label}"
+        elif near > 0:
+            text += f"; near {label} (on its fuzzy edge, x{r.signals.get('near_window', 1.0):.2f})"
+        else:
+            text += f"; outside {label}"
     if "lex" in r.signals:
         text += f"; char n-gram overlap {r.signals['lex']:.2f}"
     if recency < 0.999:
@@ -223,43 +249,47 @@ def rerank(
     if preset.fusion == Fusion.RRF and fused:
         best = max(s for _, _, s in fused.values())
         fused = {k: (c, sig, s / best) for k, (c, sig, s) in fused.items()}
-    ordered = sorted(
-        fused.values(),
-        key=lambda x: (in_window(x[0].created_at, window) if preset.window == "first" else True, x[2]),
-        reverse=True,
-    )
+    first = preset.window == "first" and window is not None
+
+    def placed(c: Candidate) -> float:
+        """0 in the window, (0, 1] into a fuzzy window's soft edge, -1 outside."""
+        return near_window(c.created_at, window) if first else 0.0
+
+    ordered = sorted(fused.values(), key=lambda x: (placed(x[0]) >= 0, x[2]), reverse=True)
     before = len(ordered)
     top = ordered[: max(preset.rerank_top, limit)]
     lex: dict[int, float] = {}
     if preset.lex_weight > 0 and query:
         lex = lexical_overlap(query, {c.id: (c.title or "") + c.content for c, _, _ in top}, preset.lex_n)
-    scored: list[tuple[bool, ScoredResult, float]] = []
+    scored: list[tuple[bool, ScoredResult, float, float]] = []
     for cand, signals, score in top:
         rec = recency_factor(cand.created_at, now, half_life_days=preset.recency_half_life_days, weight=preset.recency_weight)
-        inside = in_window(cand.created_at, window) if preset.window == "first" else True
+        near = placed(cand)
         sources: list[str] = [s.value for s in per_source if s.value in signals]
         signals["fused"] = score
         if lex:
             signals["lex"] = lex[cand.id]
             score = (1 - preset.lex_weight) * score + preset.lex_weight * lex[cand.id]
         signals["recency"] = rec
-        scored.append((inside, ScoredResult(cand, score * rec, signals, sources), rec))
+        if near > 0:  # on a fuzzy window's soft edge: the further out, the less it counts
+            signals["near_window"] = 1.0 - (1.0 - NEAR_WINDOW_FLOOR) * near
+            score *= signals["near_window"]
+        scored.append((near >= 0, ScoredResult(cand, score * rec, signals, sources), rec, near))
     scored.sort(key=lambda x: (x[0], x[1].score), reverse=True)
-    meta = {r.candidate.id: (inside, rec) for inside, r, rec in scored}
+    meta = {r.candidate.id: (near, rec) for _, r, rec, near in scored}
     # The threshold applies to everything but memories inside a window the query named: those
     # were asked for, and nothing from outside may outrank them.
-    passing = [
-        r for inside, r, _ in scored
-        if r.score >= preset.min_score or (preset.window == "first" and window is not None and inside)
-    ]
+    passing = [r for inside, r, _, _ in scored if r.score >= preset.min_score or (first and inside)]
     kept, dropped = dedupe(passing, preset.dedupe_threshold, keep=limit)
     final: list[ScoredResult] = []
     for r in kept:
-        inside, rec = meta[r.candidate.id]
-        r.relevance = "high" if r.score >= preset.high_score and inside else "medium"
-        if preset.window == "first" and not inside:
+        near, rec = meta[r.candidate.id]
+        r.relevance = "high" if r.score >= preset.high_score and near == 0 else "medium"
+        if first and near > 0:
+            r.relevance = "near_window"
+        elif first and near < 0:
             r.relevance = "outside_window"
-        r.reason = explain(r, window if preset.window == "first" else None, rec, inside)
+        r.reason = explain(r, window if first else None, rec, near)
         final.append(r)
     counts = {"before": before, "considered": len(top), "duplicates": len(dropped), "after": len(final[:limit])}
     return final[:limit], counts

@@ -153,8 +153,9 @@ class SearchContext:
 
     def where_args(self, window: TimeRange | None = None) -> tuple[Any, ...]:
         f = self.filters
-        start = f.start if window is None else max(_drop_none(f.start, window.start))
-        end = f.end if window is None else min(_drop_none(f.end, window.end))
+        # A fuzzy window (先週頃) is searched with its soft edges; the reranker tells them apart.
+        start = f.start if window is None else max(_drop_none(f.start, window.outer_start))
+        end = f.end if window is None else min(_drop_none(f.end, window.outer_end))
         return (f.namespace, list(f.memory_types), list(f.source_types), start, end)
 
 

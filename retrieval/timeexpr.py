@@ -1,7 +1,16 @@
 """Time expressions in Japanese and English, resolved against `now` in a time zone.
 
-Ranges are half-open [start, end) in local time. Weeks are ISO weeks (Monday first). A year
-alone or a life stage (高校の頃) is also kept as a hint, for expressions that cannot be dated.
+Two steps. The scanner (`retrieval.timeatoms`) finds atoms — a year (2025年, 令和5年, 去年,
+3年前), a fiscal year, a month (先月, 10月, October), a week, a weekday, a part of a month or
+year (下旬, 月末, 年明け, early), a day (昨日, 3日前, 11/3), a season, a holiday, a fuzzy marker
+(頃, about) — each anywhere in the text. The composer here joins atoms that stand next to each
+other (only の, spaces or commas between) into one expression: 去年 + の + 海の日, 先月 + 下旬,
+先週 + の + 金曜日, 3年前 + の + 春, early + October. Any combination of kinds that makes sense
+composes, not only the sentences someone wrote a rule for.
+
+Windows are half-open [start, end) in local time; weeks are ISO weeks (Monday first). A date
+without a year is its most recent occurrence that has begun (today included); 来年の, 今度の,
+next … look forward. A window that cannot be held (3000年前) is dropped, the words kept.
 """
 
 from __future__ import annotations
@@ -12,47 +21,33 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from retrieval.models import TIME_MAX, TIME_MIN, TimeRange, time_in_bounds
+from retrieval import calendar_ja as cal
+from retrieval.models import TIME_MAX, TIME_MIN, Granularity, TimeRange, time_in_bounds
+from retrieval.timeatoms import LIFE_STAGES, Atom, kanji_to_int, scan
 
-_KANJI_DIGITS = {"〇": 0, "一": 1, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
+__all__ = ["LIFE_STAGES", "TimeParse", "kanji_to_int", "parse_time", "strip_spans"]
 
-_EN_MONTHS = {
-    m: i + 1
-    for i, names in enumerate(
-        [
-            ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"),
-            ("may",), ("june", "jun"), ("july", "jul"), ("august", "aug"),
-            ("september", "sep", "sept"), ("october", "oct"), ("november", "nov"),
-            ("december", "dec"),
-        ]
-    )
-    for m in names
+G = Granularity
+
+# Fuzzy edge per granularity: 先週頃 reaches three days past the week on either side.
+FUZZ = {G.DAY: 1, G.WEEK: 3, G.MONTH: 7, G.PART_OF_MONTH: 4, G.SEASON: 15, G.YEAR: 30,
+        G.FISCAL_YEAR: 30, G.HOLIDAY: 2, G.SPAN: 3}
+
+# Which atom kinds may follow which inside one expression.
+_NEXT = {
+    "year": {"month", "season", "holiday", "nowish", "part", "yearpart", "md"},
+    "fy": {"part"},
+    "month": {"day", "part"},
+    "week": {"weekday", "part", "weekend"},
+    "part_en": {"month", "year", "week", "fy"},
 }
-_EN_MONTH_RE = "|".join(sorted(_EN_MONTHS, key=len, reverse=True))
 
-# Season -> (first month, number of months); winter runs into the next year.
-_SEASONS = {"春": (3, 3), "夏": (6, 3), "秋": (9, 3), "冬": (12, 3),
-            "spring": (3, 3), "summer": (6, 3), "autumn": (9, 3), "fall": (9, 3), "winter": (12, 3)}
-
-LIFE_STAGES = (
-    "子供の頃", "子どもの頃", "幼少期", "幼い頃", "小学生の頃", "小学校の頃", "中学生の頃", "中学の頃",
-    "中学時代", "高校生の頃", "高校の頃", "高校時代", "大学生の頃", "大学の頃", "大学時代", "学生時代",
-    "院生の頃", "新人の頃", "新卒の頃", "社会人になった頃", "前職の頃", "前の会社",
-    "when i was a child", "in high school", "in college", "at university", "as a student",
-)
-
-
-def kanji_to_int(s: str) -> int:
-    """Parse ASCII digits or simple kanji numerals (一〜九十九)."""
-    if s.isdigit():
-        return int(s)
-    if "十" in s:
-        tens, _, ones = s.partition("十")
-        return (_KANJI_DIGITS.get(tens, 1) if tens else 1) * 10 + (_KANJI_DIGITS.get(ones, 0) if ones else 0)
-    value = 0
-    for ch in s:
-        value = value * 10 + _KANJI_DIGITS[ch]
-    return value
+_REL_NAMES = {
+    "year": {0: "this_year", -1: "last_year", -2: "year_before_last", 1: "next_year"},
+    "month": {0: "this_month", -1: "last_month", -2: "month_before_last", 1: "next_month"},
+    "week": {0: "this_week", -1: "last_week", -2: "week_before_last", 1: "next_week", 2: "week_after_next"},
+    "day": {0: "today", -1: "yesterday", -2: "day_before_yesterday", 1: "tomorrow", 2: "day_after_tomorrow"},
+}
 
 
 @dataclass
@@ -60,6 +55,14 @@ class TimeParse:
     range: TimeRange | None = None
     hints: list[str] = field(default_factory=list)
     spans: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass
+class _Window:
+    start: date
+    end: date
+    granularity: Granularity
+    relative: str | None = None
 
 
 class _Ctx:
@@ -72,249 +75,302 @@ class _Ctx:
     def at(self, d: date) -> datetime:
         return datetime.combine(d, time(0), tzinfo=self.tz)
 
-    def days(self, start: date, end_exclusive: date, relative: str | None, text: str) -> TimeRange:
-        return TimeRange(self.at(start), self.at(end_exclusive), relative, text)
-
 
 def _month_start(y: int, m: int) -> date:
-    y += (m - 1) // 12
-    m = (m - 1) % 12 + 1
-    return date(y, m, 1)
+    return date(y + (m - 1) // 12, (m - 1) % 12 + 1, 1)
 
 
-def _add_months(d: date, n: int) -> date:
-    return _month_start(d.year, d.month + n)
+def _months_back(d: date, n: float) -> date:
+    whole = int(n)
+    first = _month_start(d.year, d.month - whole)
+    last_day = (_month_start(first.year, first.month + 1) - timedelta(days=1)).day
+    out = first.replace(day=min(d.day, last_day))
+    return out - timedelta(days=15) if n - whole >= 0.5 else out
 
 
-def _month_range(c: _Ctx, y: int, m: int, rel: str | None, text: str) -> TimeRange:
-    return c.days(_month_start(y, m), _month_start(y, m + 1), rel, text)
+def _occurrence(c: _Ctx, fn: Callable[[int], tuple[date, date] | None], mode: str | int) -> tuple[date, date] | None:
+    """The span (a function of the year) that `mode` means: 'past' the latest begun by today,
+    'last' the latest over before today, 'next' the first after today, 'this' this year's,
+    a number that year's."""
+    y = c.today.year
+    if isinstance(mode, int):
+        return fn(mode)
+    if mode == "this":
+        return fn(y)
+    years = range(y + 1, y - 3, -1) if mode in ("past", "last") else range(y - 1, y + 3)
+    for yy in years:
+        got = fn(yy)
+        if got is None:
+            continue
+        if mode == "past" and got[0] <= c.today:
+            return got
+        if mode == "last" and got[1] <= c.today:
+            return got
+        if mode == "next" and got[0] > c.today:
+            return got
+    return None
 
 
-def _year_range(c: _Ctx, y: int, rel: str | None, text: str) -> TimeRange:
-    return c.days(date(y, 1, 1), date(y + 1, 1, 1), rel, text)
+def _year_of(c: _Ctx, a: Atom) -> tuple[int, tuple[date, date], str | None]:
+    """Year atom -> (gregorian year, its days, relative name)."""
+    kind, v = a.value
+    if kind == "era":
+        got = cal.era_year(v[0], v[1])
+        if got is None:
+            raise ValueError("no such era year")
+        return got[0].year, got, None
+    if kind == "rel":
+        y = c.today.year + v
+        return y, (date(y, 1, 1), date(y + 1, 1, 1)), _REL_NAMES["year"].get(v)
+    if kind == "ago":
+        y = c.today.year - v
+        return y, (date(y, 1, 1), date(y + 1, 1, 1)), f"{v}_years_ago"
+    return v, (date(v, 1, 1), date(v + 1, 1, 1)), None
 
 
-def _week_range(c: _Ctx, offset: int, rel: str, text: str) -> TimeRange:
-    monday = c.today - timedelta(days=c.today.weekday()) + timedelta(weeks=offset)
-    return c.days(monday, monday + timedelta(days=7), rel, text)
+def _part(first: date, end: date, which: str) -> tuple[date, date]:
+    """A part of the month (or other span) [first, end)."""
+    n = (end - first).days
+    if which in ("early", "上旬"):
+        return first, first + timedelta(days=min(10, n))
+    if which in ("mid", "中旬"):
+        return first + timedelta(days=10), first + timedelta(days=min(20, n))
+    if which in ("late", "下旬"):
+        return first + timedelta(days=20), end
+    if which == "begin":
+        return first, first + timedelta(days=min(7, n))
+    if which == "end":
+        return end - timedelta(days=min(7, n)), end
+    return first, end
 
 
-def _latest_month(c: _Ctx, m: int) -> int:
-    """Year of the latest month m that is not in the future."""
-    return c.today.year if m <= c.today.month else c.today.year - 1
+def _year_part(y: int, which: str) -> tuple[date, date]:
+    """年末 (the second half of December) or 年明け (the first half of January) of year y."""
+    return (date(y, 12, 16), date(y + 1, 1, 1)) if which == "end" else (date(y, 1, 1), date(y, 1, 16))
 
 
-def _season(c: _Ctx, y: int, name: str, text: str) -> TimeRange:
-    first, n = _SEASONS[name]
-    start = _month_start(y, first)
-    return c.days(start, _add_months(start, n), None, text)
+def _weekday(c: _Ctx, wd: int, mode: str, week: int | None = None) -> date:
+    monday = c.today - timedelta(days=c.today.weekday())
+    if week is not None:
+        return monday + timedelta(weeks=week, days=wd)
+    if mode == "this":
+        return monday + timedelta(days=wd)
+    back = (c.today.weekday() - wd) % 7
+    if mode == "last":  # last Friday / この前の金曜日: before today
+        return c.today - timedelta(days=back or 7)
+    if mode == "next":
+        return c.today + timedelta(days=((wd - c.today.weekday()) % 7) or 7)
+    return c.today - timedelta(days=back)  # 金曜日に: the latest, today included
 
 
-def _ago(c: _Ctx, n: int, unit: str, text: str) -> TimeRange:
-    """N units ago: that day; about that week (±3 days); about that month (±15 days); that year."""
-    if unit in ("日", "day"):
-        d = c.today - timedelta(days=n)
-        return c.days(d, d + timedelta(days=1), f"{n}_days_ago", text)
-    if unit in ("週", "週間", "week"):
-        d = c.today - timedelta(weeks=n)
-        return c.days(d - timedelta(days=3), d + timedelta(days=4), f"{n}_weeks_ago", text)
-    if unit in ("か月", "ヶ月", "ヵ月", "カ月", "ケ月", "箇月", "month"):
-        d = _add_months(c.today, -n).replace(day=min(c.today.day, 28))
-        return c.days(d - timedelta(days=15), d + timedelta(days=16), f"{n}_months_ago", text)
-    y = c.today.year - n
-    return _year_range(c, y, f"{n}_years_ago", text)
+def _day(d: date, rel: str | None = None) -> _Window:
+    return _Window(d, d + timedelta(days=1), G.DAY, rel)
 
 
-def _recent(c: _Ctx, text: str) -> TimeRange:
-    return c.days(c.today - timedelta(days=c.recent_days), c.today + timedelta(days=1), "recent", text)
-
-
-_REL_YEAR = {"今年": 0, "本年": 0, "去年": -1, "昨年": -1, "一昨年": -2, "おととし": -2, "来年": 1,
-             "this year": 0, "last year": -1, "next year": 1}
-
-Handler = Callable[[_Ctx, re.Match[str]], TimeRange | None]
-
-
-def _rel_year(c: _Ctx, word: str) -> int:
-    return c.today.year + _REL_YEAR[word.lower()]
-
-
-def _ymd(c: _Ctx, m: re.Match[str]) -> TimeRange | None:
-    try:
-        d = date(int(m["y"]), int(m["mo"]), int(m["d"]))
-    except ValueError:
-        return None
-    return c.days(d, d + timedelta(days=1), None, m.group(0))
-
-
-def _rel_year_month_day(c: _Ctx, m: re.Match[str]) -> TimeRange | None:
-    y = _rel_year(c, m["ry"])
-    mo = kanji_to_int(m["mo"])
-    if not 1 <= mo <= 12:
-        return None
-    if m["d"]:
-        try:
-            d = date(y, mo, kanji_to_int(m["d"]))
-        except ValueError:
+def _compose(c: _Ctx, atoms: list[Atom]) -> _Window | None:  # noqa: C901 - one case per kind
+    """The window of one expression (atoms that stand together), or None."""
+    head = atoms[0]
+    kinds = [a.kind for a in atoms]
+    if head.kind == "part_en":  # early October, the end of last year
+        inner = _compose(c, atoms[1:]) if len(atoms) > 1 else None
+        if inner is None:
             return None
-        return c.days(d, d + timedelta(days=1), None, m.group(0))
-    return _month_range(c, y, mo, None, m.group(0))
+        if inner.granularity == G.YEAR and head.value in ("begin", "end"):
+            s, e = _year_part(inner.start.year, head.value)
+            return _Window(s, e, G.PART_OF_MONTH, inner.relative and f"{inner.relative}_{head.value}")
+        s, e = _part(inner.start, inner.end, head.value)
+        return _Window(s, e, G.PART_OF_MONTH, inner.relative and f"{inner.relative}_{head.value}")
+    if head.kind == "year":
+        y, (ys, ye), rel = _year_of(c, head)
+        if len(atoms) == 1:
+            return _Window(ys, ye, G.YEAR, rel)
+        nxt = atoms[1]
+        if nxt.kind == "month":
+            return _month_window(c, atoms[1:], year=y)
+        if nxt.kind == "md":
+            mo, d = nxt.value
+            return _day(date(y, mo, d))
+        if nxt.kind == "season":
+            s, e = cal.season(y, nxt.value[0])
+            return _Window(s, e, G.SEASON, rel and f"{rel}_{nxt.value[0]}")
+        if nxt.kind == "holiday":
+            got = cal.holiday_span(nxt.value[0], y)
+            return _Window(got[0], got[1], G.HOLIDAY, nxt.value[0]) if got else None
+        if nxt.kind == "nowish":
+            d = c.today.replace(year=y) if not (c.today.month == 2 and c.today.day == 29) else date(y, 2, 28)
+            return _Window(d - timedelta(days=7), d + timedelta(days=8), G.SPAN, rel and f"{rel}_this_time")
+        if nxt.kind in ("part", "yearpart") and nxt.value in ("end", "begin"):
+            s, e = _year_part(y, nxt.value)
+            return _Window(s, e, G.PART_OF_MONTH, rel and f"{rel}_{nxt.value}")
+        return _Window(ys, ye, G.YEAR, rel)
+    if head.kind == "fy":
+        kind, v = head.value
+        fy = cal.fiscal_year_of(c.today) + v if kind == "rel" else v
+        s, e = cal.fiscal_year(fy)
+        rel = {0: "this_fiscal_year", -1: "last_fiscal_year", 1: "next_fiscal_year"}.get(v) if kind == "rel" else None
+        if len(atoms) > 1 and atoms[1].value in ("end", "begin"):
+            m = date(fy + 1, 3, 1) if atoms[1].value == "end" else date(fy, 4, 1)
+            return _Window(m, _month_start(m.year, m.month + 1), G.MONTH, rel and f"{rel}_{atoms[1].value}")
+        return _Window(s, e, G.FISCAL_YEAR, rel)
+    if head.kind == "fypart":
+        fy = cal.fiscal_year_of(c.today)
+        m = date(fy + 1, 3, 1) if head.value == "end" else date(fy, 4, 1)
+        if m > c.today:
+            m = m.replace(year=m.year - 1)
+        return _Window(m, _month_start(m.year, m.month + 1), G.MONTH, f"fiscal_year_{head.value}")
+    if head.kind == "yearpart":
+        y = c.today.year if (head.value == "begin" or c.today >= date(c.today.year, 12, 16)) else c.today.year - 1
+        s, e = _year_part(y, head.value)
+        return _Window(s, e, G.PART_OF_MONTH, f"year_{head.value}")
+    if head.kind == "month":
+        return _month_window(c, atoms, year=None)
+    if head.kind == "week":
+        monday = c.today - timedelta(days=c.today.weekday()) + timedelta(weeks=head.value)
+        rel = _REL_NAMES["week"].get(head.value)
+        if "weekday" in kinds[1:2]:
+            d = _weekday(c, atoms[1].value[0], "week", week=head.value)
+            return _day(d, rel and f"{rel}_{d.strftime('%A').lower()}")
+        if kinds[1:2] in (["part"], ["weekend"]):
+            return _Window(monday + timedelta(days=5), monday + timedelta(days=7), G.DAY, rel and f"{rel}end")
+        return _Window(monday, monday + timedelta(days=7), G.WEEK, rel)
+    if head.kind == "weekend":
+        sat = _weekday(c, 5, head.value or "past")
+        if head.value is None and c.today.weekday() == 6:
+            sat = c.today - timedelta(days=1)
+        return _Window(sat, sat + timedelta(days=2), G.DAY, "weekend")
+    if head.kind == "weekday":
+        wd, mode = head.value
+        return _day(_weekday(c, wd, mode))
+    if head.kind == "dayrel":
+        return _day(c.today + timedelta(days=head.value), _REL_NAMES["day"].get(head.value))
+    if head.kind == "date":
+        return _day(head.value)
+    if head.kind == "md":
+        mo, d = head.value
+        got = _occurrence(c, lambda y: (date(y, mo, d), date(y, mo, d) + timedelta(days=1)), "past")
+        return _Window(got[0], got[1], G.DAY) if got else None
+    if head.kind == "ago":
+        unit, n = head.value
+        if unit == "day":
+            return _day(c.today - timedelta(days=n), f"{n}_days_ago")
+        if unit == "week":
+            d = c.today - timedelta(weeks=n)
+            return _Window(d - timedelta(days=3), d + timedelta(days=4), G.WEEK, f"{n}_weeks_ago")
+        d = _months_back(c.today, n)
+        return _Window(d - timedelta(days=15), d + timedelta(days=16), G.MONTH, f"{n:g}_months_ago")
+    if head.kind == "few":
+        lo, hi, rel = head.value
+        return _Window(c.today - timedelta(days=hi), c.today - timedelta(days=lo), G.SPAN, rel)
+    if head.kind == "season":
+        name, mode = head.value
+        got = _occurrence(c, lambda y: cal.season(y, name), mode)
+        return _Window(got[0], got[1], G.SEASON, None if isinstance(mode, int) else f"{mode}_{name}") if got else None
+    if head.kind == "holiday":
+        key, mode = head.value
+        got = _occurrence(c, lambda y: cal.holiday_span(key, y), mode)
+        return _Window(got[0], got[1], G.HOLIDAY, key) if got else None
+    if head.kind == "nowish":
+        return _Window(c.today - timedelta(days=7), c.today + timedelta(days=1), G.SPAN, "around_now")
+    if head.kind == "recent":
+        return _Window(c.today - timedelta(days=c.recent_days), c.today + timedelta(days=1), G.SPAN, "recent")
+    if head.kind == "part" and head.value in ("上旬", "中旬", "下旬", "month_begin", "month_end"):
+        which = {"month_begin": "begin", "month_end": "end"}.get(head.value, head.value)
+        first = c.today.replace(day=1)
+        s, e = _part(first, _month_start(first.year, first.month + 1), which)
+        if s > c.today:  # 下旬 said on the 5th: last month's
+            first = _month_start(first.year, first.month - 1)
+            s, e = _part(first, _month_start(first.year, first.month + 1), which)
+        return _Window(s, e, G.PART_OF_MONTH)
+    return None
 
 
-def _abs_year_month(c: _Ctx, m: re.Match[str]) -> TimeRange | None:
-    mo = int(m["mo"])
-    return _month_range(c, int(m["y"]), mo, None, m.group(0)) if 1 <= mo <= 12 else None
+def _month_window(c: _Ctx, atoms: list[Atom], *, year: int | None) -> _Window | None:
+    head = atoms[0]
+    kind, v = head.value
+    rel = None
+    if kind == "ym":
+        first = date(v[0], v[1], 1)
+    elif kind == "rel":
+        first = _month_start(c.today.year, c.today.month + v)
+        rel = _REL_NAMES["month"].get(v)
+    else:
+        mo, mode = v
+        if year is not None:
+            first = date(year, mo, 1)
+        else:
+            got = _occurrence(c, lambda y: (date(y, mo, 1), _month_start(y, mo + 1)), mode)
+            if got is None:
+                return None
+            first = got[0]
+    end = _month_start(first.year, first.month + 1)
+    if len(atoms) > 1 and atoms[1].kind == "day":
+        try:
+            return _day(first.replace(day=atoms[1].value))
+        except ValueError:  # 2月30日: no such day; the month is still meant
+            return _Window(first, end, G.MONTH, rel)
+    if len(atoms) > 1 and atoms[1].kind == "part":
+        which = {"month_begin": "begin", "month_end": "end"}.get(atoms[1].value, atoms[1].value)
+        s, e = _part(first, end, which)
+        return _Window(s, e, G.PART_OF_MONTH, rel and f"{rel}_{which}")
+    return _Window(first, end, G.MONTH, rel)
 
 
-def _month_day(c: _Ctx, m: re.Match[str]) -> TimeRange | None:
-    mo, dd = kanji_to_int(m["mo"]), kanji_to_int(m["d"])
-    try:
-        d = date(c.today.year, mo, dd)
-        if d > c.today:
-            d = date(c.today.year - 1, mo, dd)
-    except ValueError:
+def _groups(atoms: list[Atom], text: str) -> list[list[Atom]]:
+    """Atoms that stand together (only の, 、, spaces or 'of' between) form one expression."""
+    out: list[list[Atom]] = []
+    for a in atoms:
+        if out:
+            prev = out[-1][-1]
+            gap = text[prev.end : a.start]
+            joinable = a.kind in _NEXT.get(prev.kind, set()) or prev.kind == "fuzzy_pre"
+            if (a.kind == "fuzzy" or joinable) and re.fullmatch(r"[\sの、,]*(?:of\s+)?", gap, re.I):
+                out[-1].append(a)
+                continue
+        out.append([a])
+    return out
+
+
+def _to_range(c: _Ctx, w: _Window, text: str, fuzzy: bool) -> TimeRange | None:
+    start, end = max(c.at(w.start), TIME_MIN), min(c.at(w.end), TIME_MAX)
+    if start >= end:
         return None
-    return c.days(d, d + timedelta(days=1), None, m.group(0))
+    if not fuzzy:
+        return TimeRange(start, end, w.relative, text, w.granularity)
+    m = timedelta(days=FUZZ[w.granularity])
+    return TimeRange(start, end, w.relative, text, w.granularity,
+                     max(start - m, TIME_MIN), min(end + m, TIME_MAX))
 
-
-def _month_only(c: _Ctx, m: re.Match[str]) -> TimeRange | None:
-    mo = kanji_to_int(m["mo"])
-    return _month_range(c, _latest_month(c, mo), mo, None, m.group(0)) if 1 <= mo <= 12 else None
-
-
-def _en_month_year(c: _Ctx, m: re.Match[str]) -> TimeRange | None:
-    mo = _EN_MONTHS[m["mon"].lower()]
-    y = int(m["y"]) if m["y"] else _latest_month(c, mo)
-    return _month_range(c, y, mo, None, m.group(0))
-
-
-def _en_last_month_name(c: _Ctx, m: re.Match[str]) -> TimeRange | None:
-    mo = _EN_MONTHS[m["mon"].lower()]
-    y = c.today.year if mo < c.today.month else c.today.year - 1
-    return _month_range(c, y, mo, None, m.group(0))
-
-
-def _season_abs(c: _Ctx, m: re.Match[str]) -> TimeRange | None:
-    return _season(c, int(m["y"]), m["s"].lower(), m.group(0))
-
-
-def _season_rel(c: _Ctx, m: re.Match[str]) -> TimeRange | None:
-    return _season(c, _rel_year(c, m["ry"]), m["s"].lower(), m.group(0))
-
-
-def _en_last_season(c: _Ctx, m: re.Match[str]) -> TimeRange | None:
-    name = m["s"].lower()
-    first, _ = _SEASONS[name]
-    y = c.today.year if _month_start(c.today.year, first + 3) <= c.today else c.today.year - 1
-    return _season(c, y, name, m.group(0))
-
-
-def _ago_match(c: _Ctx, m: re.Match[str]) -> TimeRange | None:
-    unit = m["u"].lower().rstrip("s")
-    return _ago(c, kanji_to_int(m["n"]) if m["n"] not in ("a", "an", "one") else 1, unit, m.group(0))
-
-
-def _few_days(c: _Ctx, m: re.Match[str]) -> TimeRange | None:
-    return c.days(c.today - timedelta(days=5), c.today, "few_days_ago", m.group(0))
-
-
-def _year_only(c: _Ctx, m: re.Match[str]) -> TimeRange | None:
-    y = int(m["y"])
-    return _year_range(c, y, None, m.group(0)) if 1900 <= y <= 2200 else None
-
-
-def _named(days_from: int, days_to: int, rel: str) -> Handler:
-    def h(c: _Ctx, m: re.Match[str]) -> TimeRange:
-        return c.days(c.today + timedelta(days=days_from), c.today + timedelta(days=days_to), rel, m.group(0))
-
-    return h
-
-
-def _week(offset: int, rel: str) -> Handler:
-    return lambda c, m: _week_range(c, offset, rel, m.group(0))
-
-
-def _month_rel(offset: int, rel: str) -> Handler:
-    def h(c: _Ctx, m: re.Match[str]) -> TimeRange:
-        s = _add_months(c.today, offset)
-        return c.days(s, _add_months(s, 1), rel, m.group(0))
-
-    return h
-
-
-def _year_rel(c: _Ctx, m: re.Match[str]) -> TimeRange:
-    word = m.group(0).lower()
-    offset = _REL_YEAR[word]
-    rel = {0: "this_year", -1: "last_year", -2: "year_before_last", 1: "next_year"}[offset]
-    return _year_range(c, c.today.year + offset, rel, m.group(0))
-
-
-_REL_YEAR_RE = r"(?P<ry>今年|本年|一昨年|おととし|去年|昨年|来年)"
-_SEASON_JA = r"(?P<s>春|夏|秋|冬)"
-
-# Most specific first; the first that matches gives the range.
-_RULES: list[tuple[re.Pattern[str], Handler]] = [
-    (re.compile(r"(?P<y>\d{4})[-/年.](?P<mo>\d{1,2})[-/月.](?P<d>\d{1,2})日?"), _ymd),
-    (re.compile(_REL_YEAR_RE + r"の?" + r"(?P<mo>[0-9]{1,2}|[一二三四五六七八九十]+)月(?:(?P<d>[0-9]{1,2}|[一二三四五六七八九十]+)日)?"), _rel_year_month_day),
-    (re.compile(r"(?P<y>\d{4})年(?P<mo>\d{1,2})月"), _abs_year_month),
-    (re.compile(r"(?P<y>\d{4})[-/](?P<mo>\d{1,2})(?![0-9/-])"), _abs_year_month),
-    (re.compile(r"(?P<y>\d{4})年の?" + _SEASON_JA), _season_abs),
-    (re.compile(_REL_YEAR_RE + r"の?" + _SEASON_JA), _season_rel),
-    (re.compile(r"(?i)(?P<s>spring|summer|autumn|fall|winter)(?: of)? (?P<y>\d{4})"), _season_abs),
-    (re.compile(r"(?i)(?P<ry>this year|last year)'?s? (?P<s>spring|summer|autumn|fall|winter)"), _season_rel),
-    (re.compile(r"(?i)last (?P<s>spring|summer|autumn|fall|winter)"), _en_last_season),
-    (re.compile(r"(?i)\b(?P<mon>" + _EN_MONTH_RE + r")\.? (?:of )?(?P<y>\d{4})\b"), _en_month_year),
-    (re.compile(r"(?i)\blast (?P<mon>" + _EN_MONTH_RE + r")\b"), _en_last_month_name),
-    (re.compile(r"(?i)\bin (?P<mon>" + _EN_MONTH_RE + r")\b(?P<y>)"), _en_month_year),
-    (re.compile(r"(?P<mo>[0-9]{1,2}|[一二三四五六七八九十]+)月(?P<d>[0-9]{1,2}|[一二三四五六七八九十]+)日"), _month_day),
-    (re.compile(r"一昨日|おととい|the day before yesterday", re.I), _named(-2, -1, "day_before_yesterday")),
-    (re.compile(r"昨日|きのう|昨夜|昨晩|\byesterday\b|\blast night\b", re.I), _named(-1, 0, "yesterday")),
-    (re.compile(r"今日|本日|きょう|今朝|今夜|今晩|\btoday\b|\btonight\b|\bthis morning\b", re.I), _named(0, 1, "today")),
-    (re.compile(r"先々週|\bthe week before last\b", re.I), _week(-2, "week_before_last")),
-    (re.compile(r"先週|\blast week\b", re.I), _week(-1, "last_week")),
-    (re.compile(r"今週|\bthis week\b", re.I), _week(0, "this_week")),
-    (re.compile(r"来週|\bnext week\b", re.I), _week(1, "next_week")),
-    (re.compile(r"先々月", re.I), _month_rel(-2, "month_before_last")),
-    (re.compile(r"先月|\blast month\b", re.I), _month_rel(-1, "last_month")),
-    (re.compile(r"今月|\bthis month\b", re.I), _month_rel(0, "this_month")),
-    (re.compile(r"来月|\bnext month\b", re.I), _month_rel(1, "next_month")),
-    (re.compile(r"(?P<n>[0-9]+|[一二三四五六七八九十]+)\s*(?P<u>日|週間|週|か月|ヶ月|ヵ月|カ月|ケ月|箇月|年)前"), _ago_match),
-    (re.compile(r"(?i)\b(?P<n>[0-9]+|a|an|one)\s+(?P<u>days?|weeks?|months?|years?)\s+ago\b"), _ago_match),
-    (re.compile(r"数日前|\ba few days ago\b", re.I), _few_days),
-    (re.compile(r"一昨年|おととし|去年|昨年|今年|本年|来年|\blast year\b|\bthis year\b|\bnext year\b", re.I), _year_rel),
-    (re.compile(r"(?P<mo>[0-9]{1,2}|[一二三四五六七八九十]+)月(?!曜|額|間|末)"), _month_only),
-    (re.compile(r"(?<![0-9])(?P<y>\d{4})年(?!代|間|生|度)"), _year_only),
-    (re.compile(r"(?i)\bin (?P<y>\d{4})\b"), _year_only),
-    (re.compile(r"最近|近頃|この頃|このごろ|先日|この前|\brecently\b|\blately\b|\bthese days\b", re.I),
-     lambda c, m: _recent(c, m.group(0))),
-]
 
 _YEAR_HINT_RE = re.compile(r"(?<![0-9])(\d{4})年|\b(?:in )?(\d{4})\b")
 
 
 def parse_time(text: str, now: datetime, tz: str | ZoneInfo = "Asia/Tokyo", recent_days: int = 14) -> TimeParse:
-    """Find the first time expression in text; return its range, hints and character spans."""
+    """Find the time expressions in text; the first that resolves gives the range. Also the
+    character spans of every expression found (time words are not keywords) and hints
+    (a year alone, a life stage such as 高校の頃) for what cannot be dated."""
     zone = tz if isinstance(tz, ZoneInfo) else ZoneInfo(tz)
     if now.tzinfo is None:
         now = now.replace(tzinfo=zone)
     out = TimeParse()
     if not time_in_bounds(now):  # nothing relative can be resolved against such a now
         return out
-    ctx = _Ctx(now, zone, recent_days)
-    for pattern, handler in _RULES:
-        for m in pattern.finditer(text):
-            if any(s <= m.start() < e or s < m.end() <= e for s, e in out.spans):
-                continue
-            held, rng = _resolve(handler, ctx, m)
-            if not held:
-                # A date past what can be held (3000年前, 1899年1月) is still a date: its words
-                # must not be read again as a shorter expression (1月 of this year).
-                out.spans.append((m.start(), m.end()))
-            if rng is None:
-                continue
-            out.spans.append((m.start(), m.end()))
-            if out.range is None:
-                out.range = rng
+    c = _Ctx(now, zone, recent_days)
+    for group in _groups(scan(text), text):
+        core = [a for a in group if a.kind not in ("fuzzy", "fuzzy_pre")]
+        fuzzy = len(core) < len(group) or (core and core[0].kind == "nowish")
+        s, e = group[0].start, group[-1].end
+        if not core:
+            continue
+        try:
+            w = _compose(c, core)
+            rng = _to_range(c, w, text[s:e], bool(fuzzy)) if w is not None else None
+        except (ValueError, OverflowError):  # 2025年2月30日, 3000年前: a date, but not one to hold
+            w, rng = None, None
+        if w is None and core[0].kind in ("part", "day", "part_en"):
+            continue  # 初め, 末, 3日 alone: not a time expression
+        out.spans.append((s, e))
+        if rng is not None and out.range is None:
+            out.range = rng
     low = text.lower()
     for stage in LIFE_STAGES:
         i = low.find(stage)
@@ -326,23 +382,6 @@ def parse_time(text: str, now: datetime, tz: str | ZoneInfo = "Asia/Tokyo", rece
         if y and 1900 <= int(y) <= 2200 and y not in out.hints:
             out.hints.append(y)
     return out
-
-
-def _resolve(handler: Handler, ctx: _Ctx, m: re.Match[str]) -> tuple[bool, TimeRange | None]:
-    """(held, range): the handler's range clamped to [TIME_MIN, TIME_MAX). held is False for
-    a date that exists but cannot be held (3000年前, 99999999週間前, 9999-12-31): the query is
-    then answered without a window. A handler's own None (2025年2月30日) is held, no range."""
-    try:
-        rng = handler(ctx, m)
-    except (ValueError, OverflowError):
-        return False, None
-    if rng is None:
-        return True, None
-    start = max(rng.start, TIME_MIN) if rng.start is not None else None
-    end = min(rng.end, TIME_MAX) if rng.end is not None else None
-    if start is not None and end is not None and start >= end:
-        return False, None
-    return True, TimeRange(start, end, rng.relative, rng.text)
 
 
 def strip_spans(text: str, spans: list[tuple[int, int]]) -> str:

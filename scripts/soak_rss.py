@@ -67,6 +67,9 @@ def main() -> int:
             except httpx.HTTPError:
                 pass
             time.sleep(0.5)
+        have = httpx.get(f"{url}/v1/memories/long-{args.memories - 1}", params={"namespace": "soak"}, timeout=30)
+        if have.status_code == 200:  # stored by an earlier run (perhaps of other code): reuse
+            args.memories = 0
         sample = [json.loads(x)["content"] for x in (HERE / "retrieval/data/sample_memories.jsonl").open()]
         rng = random.Random(7)
         t0 = time.monotonic()

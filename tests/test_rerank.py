@@ -102,3 +102,24 @@ def test_rerank_considers_only_top_n():
     per = {Source.VECTOR: [cand(i, 1.0 - i / 200, Source.VECTOR, emb=np.random.default_rng(i).normal(size=8)) for i in range(120)]}
     res, counts = rerank(per, HYBRID, now=NOW, limit=10)
     assert counts["considered"] == 50 and len(res) == 10
+
+
+def test_fuzzy_window_soft_edge_is_near_not_inside_and_decays():
+    """先週頃: the week is in-window; three days either side are near-window, scored down
+    the further out they lie, and say so; beyond that, outside."""
+    from retrieval.models import Granularity
+
+    tz = UTC
+    window = TimeRange(datetime(2026, 11, 9, tzinfo=tz), datetime(2026, 11, 16, tzinfo=tz), "last_week", "先週頃",
+                       Granularity.WEEK, datetime(2026, 11, 6, tzinfo=tz), datetime(2026, 11, 19, tzinfo=tz))
+    at = {1: datetime(2026, 11, 12, tzinfo=tz), 2: datetime(2026, 11, 16, 12, tzinfo=tz),
+          3: datetime(2026, 11, 18, 12, tzinfo=tz), 4: datetime(2026, 11, 25, tzinfo=tz)}
+    per = {Source.TEMPORAL: [cand(i, 0.9, Source.TEMPORAL, content=f"メモ{i}", created_at=at[i]) for i in (4, 3, 2, 1)]}
+    out, _ = rerank(per, TEMPORAL, now=datetime(2026, 11, 22, tzinfo=tz), window=window, limit=4)
+    ids = [r.candidate.id for r in out]
+    assert ids == [1, 2, 3, 4]
+    rel = {r.candidate.id: r.relevance for r in out}
+    assert rel[2] == rel[3] == "near_window" and rel[4] == "outside_window" and rel[1] != "near_window"
+    near = {r.candidate.id: r.signals["near_window"] for r in out if "near_window" in r.signals}
+    assert 1.0 > near[2] > near[3] >= 0.5
+    assert "near last_week (on its fuzzy edge" in out[1].reason and "inside" not in out[1].reason

@@ -1,10 +1,15 @@
 """Time expressions, Japanese and English, resolved against a fixed now (a Sunday)."""
 
-from datetime import date, datetime
+import json
+from datetime import date, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
+from retrieval.models import Granularity
+from retrieval.strategy import plan
 from retrieval.timeexpr import kanji_to_int, parse_time, strip_spans
+from tests.helpers import shared_file
 
 NOW = datetime.fromisoformat("2026-11-22T12:00:00+09:00")
 
@@ -92,3 +97,97 @@ def test_monday_first_weeks_on_a_monday():
 def test_strip_spans_and_kanji_numbers():
     assert strip_spans("先週のIntent", [(0, 2)]) == "  のIntent"
     assert kanji_to_int("十二") == 12 and kanji_to_int("二十") == 20 and kanji_to_int("7") == 7
+
+
+def _cases(path):
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+def _covers(tr, day: str) -> bool:
+    d = datetime.fromisoformat(day + "T12:00:00+09:00")
+    return tr is not None and tr.start <= d < tr.end
+
+
+CASES = Path(__file__).parent / "data" / "time_cases.jsonl"
+
+
+@pytest.mark.parametrize("case", _cases(CASES), ids=lambda c: c["q"])
+def test_every_kind_of_expression(case):
+    """Our own set, one or more sentences per kind (eras, fiscal years, holidays, weekdays,
+    parts of months and years, relative compounds, dates without a year, English, false
+    friends, fuzzy), with other dates and other `now`s than the shared dev set."""
+    tr = parse_time(case["q"], datetime.fromisoformat(case["now"])).range
+    if case.get("none"):
+        assert tr is None
+        return
+    assert tr is not None
+    assert all(_covers(tr, d) for d in case.get("covers", [])), (tr.start, tr.end)
+    assert not any(_covers(tr, d) for d in case.get("excludes", [])), (tr.start, tr.end)
+    assert tr.fuzzy == bool(case.get("fuzzy"))
+
+
+def test_time_dev_set_accuracy(analyzer):
+    """shared/eval/analyzer_time_dev.jsonl: windows as people say them; prints the accuracy."""
+    path = shared_file("eval", "analyzer_time_dev.jsonl")
+    if not path.exists():
+        pytest.skip("shared/eval not present")
+    ok = 0
+    cases = _cases(path)
+    for c in cases:
+        intent = analyzer.analyze(c["q"], NOW)
+        strategy = plan(intent).strategy.value
+        good = strategy == c["strategy"] if "strategy" in c else strategy != c["strategy_not"]
+        if c.get("type"):
+            good &= intent.query_type.value == c["type"]
+        t = c.get("time")
+        if t is None:
+            good &= intent.time_range is None
+        else:
+            good &= all(_covers(intent.time_range, d) for d in t.get("covers", []))
+            good &= not any(_covers(intent.time_range, d) for d in t.get("excludes", []))
+        ok += good
+    print(f"analyzer time dev accuracy: {ok}/{len(cases)}")
+    assert ok / len(cases) >= 0.95
+
+
+@pytest.mark.parametrize(
+    "year,day",
+    [(2024, date(2024, 7, 15)), (2025, date(2025, 7, 21)), (2026, date(2026, 7, 20)), (2030, date(2030, 7, 15))],
+)
+def test_umi_no_hi_moves_with_the_calendar(year, day):
+    """海の日 is the third Monday of July: from the kept holiday library, not a table."""
+    r = parse_time(f"{year}年の海の日", NOW).range
+    assert (r.start.date(), r.end.date(), r.granularity) == (day, day + timedelta(days=1), Granularity.HOLIDAY)
+
+
+@pytest.mark.parametrize(
+    "text,start,end",
+    [
+        ("昭和64年", date(1989, 1, 1), date(1989, 1, 8)),
+        ("平成元年", date(1989, 1, 8), date(1990, 1, 1)),
+        ("平成31年", date(2019, 1, 1), date(2019, 5, 1)),
+        ("令和元年", date(2019, 5, 1), date(2020, 1, 1)),
+        ("令和五年度", date(2023, 4, 1), date(2024, 4, 1)),
+        ("H30年", date(2018, 1, 1), date(2019, 1, 1)),
+    ],
+)
+def test_era_years_are_clipped_to_the_era(text, start, end):
+    r = parse_time(text, NOW).range
+    assert (r.start.date(), r.end.date()) == (start, end)
+
+
+def test_fuzzy_expressions_get_soft_edges_by_granularity():
+    week = parse_time("先週頃の話", NOW).range
+    assert week.fuzzy and week.granularity == Granularity.WEEK
+    assert (week.start.date(), week.end.date()) == (date(2026, 11, 9), date(2026, 11, 16))
+    assert (week.outer_start.date(), week.outer_end.date()) == (date(2026, 11, 6), date(2026, 11, 19))
+    year = parse_time("about three years ago", NOW).range
+    assert year.granularity == Granularity.YEAR and (year.start - year.outer_start).days == 30
+    assert not parse_time("先週の話", NOW).range.fuzzy
+
+
+def test_dates_without_a_year_are_the_latest_begun():
+    """11月3日 on 2026-11-22: this year's; 12月24日: last year's (not yet this year)."""
+    assert parse_time("11月3日", NOW).range.start.date() == date(2026, 11, 3)
+    assert parse_time("12月24日", NOW).range.start.date() == date(2025, 12, 24)
+    assert parse_time("来年の12月24日", NOW).range.start.date() == date(2027, 12, 24)
