@@ -357,7 +357,7 @@ def parse_time(text: str, now: datetime, tz: str | ZoneInfo = "Asia/Tokyo", rece
     c = _Ctx(now, zone, recent_days)
     for group in _groups(scan(text), text):
         core = [a for a in group if a.kind not in ("fuzzy", "fuzzy_pre")]
-        fuzzy = len(core) < len(group) or (core and core[0].kind == "nowish")
+        fuzzy = len(core) < len(group) or any(a.kind == "nowish" for a in core)
         s, e = group[0].start, group[-1].end
         if not core:
             continue

@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -98,8 +99,10 @@ def main() -> int:
                 print(f"  {time.monotonic() - t0:5.0f} s  RSS {st['VmRSS'] / 1024:.0f} MB", flush=True)
             time.sleep(1)
         out = locust.stdout.read().decode() if locust.stdout else ""
-        summary = [ln for ln in out.splitlines() if "Aggregated" in ln or "retrieve" in ln]
-        print("\n".join(summary[-6:]))
+        table = [ln for ln in out.splitlines() if ln.lstrip().startswith(("Type", "POST", "Aggregated"))]
+        print("\n".join(table[:8]))
+        fails = sum(int(ln.split()[0]) for ln in out.splitlines() if re.match(r"\s*\d+\s+POST", ln))
+        print(f"failed or degraded responses: {fails}")
         st = _status(server.pid)
         print(f"peak RSS sampled {peak / 1024:.0f} MB; VmHWM {st['VmHWM'] / 1024:.0f} MB; final {st['VmRSS'] / 1024:.0f} MB")
     finally:

@@ -80,7 +80,7 @@ class ResultOut(BaseModel):
     score: float
     signals: dict[str, float]
     sources: list[str]
-    relevance: str = Field(description="high | medium | outside_window")
+    relevance: str = Field(description="high | medium | near_window (a fuzzy window's soft edge) | outside_window")
     reason: str
 
 
