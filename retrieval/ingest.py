@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import asyncpg
 import numpy as np
@@ -20,13 +20,22 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from retrieval.embeddings import Embedder
 from retrieval.errors import InvalidInput, StoreUnavailable
-from retrieval.nlp import JapaneseNLP
+from retrieval.nlp import JapaneseNLP, memory_entities, normalize_entity, terms_from_tokens
 from retrieval.validation import Instant, Metadata, SafeId, SafeStr
 
 logger = logging.getLogger(__name__)
 
 MAX_CONTENT_CHARS = 100_000
 MAX_ID_CHARS = 512
+
+
+class LinkIn(BaseModel):
+    """A link from this memory to another of the same namespace (stored or not yet)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    to: SafeId = Field(min_length=1, max_length=MAX_ID_CHARS)
+    label: Literal["reply_to", "same_topic", "caused_by", "continuation"] = "same_topic"
 
 
 class MemoryIn(BaseModel):
@@ -42,6 +51,10 @@ class MemoryIn(BaseModel):
     memory_type: SafeStr = Field(default="semantic", min_length=1, max_length=64)
     source_type: SafeStr = Field(default="unknown", min_length=1, max_length=64)
     metadata: Metadata = Field(default_factory=dict)
+    links: list[LinkIn] = Field(default_factory=list, max_length=100)
+    thread: SafeStr | None = Field(default=None, min_length=1, max_length=256)
+    # Names this memory is about; extracted from its text when not given.
+    entities: list[Annotated[SafeStr, Field(min_length=1, max_length=200)]] | None = Field(default=None, max_length=50)
 
     @model_validator(mode="before")
     @classmethod
@@ -189,7 +202,9 @@ class IngestReport:
 _EXISTING = """
 SELECT external_id,
        encode(sha256(convert_to(coalesce(title || E'\\n', '') || content, 'UTF8')), 'hex') AS digest,
-       search_tokens, embedding
+       search_tokens, embedding,
+       ARRAY(SELECT e.entity FROM memory_entities e WHERE e.memory_id = memories.id) AS entities,
+       ARRAY(SELECT e.weight FROM memory_entities e WHERE e.memory_id = memories.id) AS entity_weights
 FROM memories WHERE namespace = $1 AND external_id = ANY($2::text[])"""
 
 # Serialises the writers of one namespace for the rest of the transaction. The BM25 statistics
@@ -205,28 +220,40 @@ def _upsert_sql(*, given_created_at: bool) -> str:
     created = "EXCLUDED.created_at" if given_created_at else "memories.created_at"
     return f"""
 INSERT INTO memories (external_id, namespace, content, title, memory_type, source_type, metadata,
-                      embedding, search_tokens, token_count, created_at, expires_at, term_tf)
+                      embedding, search_tokens, token_count, created_at, expires_at, thread, term_tf)
 SELECT u.external_id, $1, u.content, u.title, u.memory_type, u.source_type, u.metadata,
-       u.embedding, u.search_tokens, u.token_count, coalesce(u.created_at, now()), u.expires_at,
+       u.embedding, u.search_tokens, u.token_count, coalesce(u.created_at, now()), u.expires_at, u.thread,
        (SELECT coalesce(jsonb_object_agg(lexeme, array_length(positions, 1)), '{{}}'::jsonb)
         FROM unnest(to_tsvector('simple', u.search_tokens)))
 FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[],
-            $8::vector[], $9::text[], $10::int[], $11::timestamptz[], $12::timestamptz[])
+            $8::vector[], $9::text[], $10::int[], $11::timestamptz[], $12::timestamptz[], $13::text[])
      AS u(external_id, content, title, memory_type, source_type, metadata, embedding,
-          search_tokens, token_count, created_at, expires_at)
+          search_tokens, token_count, created_at, expires_at, thread)
 ORDER BY u.external_id
 ON CONFLICT (namespace, external_id) DO UPDATE SET
     content = EXCLUDED.content, title = EXCLUDED.title, memory_type = EXCLUDED.memory_type,
     source_type = EXCLUDED.source_type, metadata = EXCLUDED.metadata,
     embedding = EXCLUDED.embedding, search_tokens = EXCLUDED.search_tokens,
     token_count = EXCLUDED.token_count, term_tf = EXCLUDED.term_tf, created_at = {created},
-    expires_at = EXCLUDED.expires_at, is_archived = false, ingested_at = now()
-RETURNING external_id, (xmax = 0) AS inserted"""
+    expires_at = EXCLUDED.expires_at, thread = EXCLUDED.thread, is_archived = false, ingested_at = now()
+RETURNING id, external_id, (xmax = 0) AS inserted"""
 
 
 # Inserts or replaces a batch of memories in one statement, in id order (a stable lock order);
 # returns each external id and whether it was inserted (xmax = 0) rather than updated.
 _UPSERT = {given: _upsert_sql(given_created_at=given) for given in (True, False)}
+
+# Replace the entities of the memories just written ($2 ids, $3 entities, one row per pair).
+_DELETE_ENTITIES = "DELETE FROM memory_entities WHERE memory_id = ANY($1::bigint[])"
+_INSERT_ENTITIES = """
+INSERT INTO memory_entities (namespace, entity, memory_id, weight)
+SELECT $1, x.entity, x.id, x.weight FROM unnest($2::bigint[], $3::text[], $4::real[]) AS x(id, entity, weight)
+ON CONFLICT DO NOTHING"""
+# Replace the links the memories just written make ($2 from, $3 to, $4 label).
+_DELETE_LINKS = "DELETE FROM memory_links WHERE namespace = $1 AND from_external = ANY($2::text[])"
+_INSERT_LINKS = """
+INSERT INTO memory_links (namespace, from_external, to_external, label)
+SELECT $1, x.f, x.t, x.l FROM unnest($2::text[], $3::text[], $4::text[]) AS x(f, t, l) ON CONFLICT DO NOTHING"""
 
 # A write that lost a deadlock or a serialisation race is retried this many times.
 WRITE_ATTEMPTS = 4
@@ -299,8 +326,18 @@ async def ingest(
         old = existing.get(ids[i])
         if old is not None and old["digest"] == digests[i]:
             token_lists[i] = old["search_tokens"].split()
+    entities: list[list[tuple[str, float]]] = [
+        [(normalize_entity(e), 1.0) for e in it.entities] if it.entities is not None else [] for it in items
+    ]
+    for i in range(len(items)):
+        old = existing.get(ids[i])
+        if old is not None and old["digest"] == digests[i] and items[i].entities is None:
+            entities[i] = list(zip(old["entities"], old["entity_weights"], strict=True))
     for i in need:
-        token_lists[i] = await loop.run_in_executor(None, nlp.terms, texts[i])
+        toks = await loop.run_in_executor(None, nlp.tokens, texts[i])
+        token_lists[i] = terms_from_tokens(toks)
+        if items[i].entities is None:
+            entities[i] = memory_entities(texts[i], toks)
 
     emb: list[Any] = [existing[ids[i]]["embedding"] if ids[i] in existing else None for i in range(len(items))]
     if vectors is not None:
@@ -322,7 +359,8 @@ async def ingest(
     groups = {
         given: _columns(items, ids, emb, token_lists, given_created_at=given) for given in (True, False)
     }
-    inserted = await _write(pool, namespace, groups, timeout_s)
+    links = [(ids[i], ln.to, str(ln.label)) for i, it in enumerate(items) for ln in it.links]
+    inserted = await _write(pool, namespace, groups, dict(zip(ids, entities, strict=True)), links, timeout_s)
     return IngestReport(
         namespace=namespace,
         received=len(items),
@@ -365,6 +403,7 @@ def _columns(
         [len(token_lists[i]) for i in pick],
         [items[i].created_at for i in pick],
         [items[i].expires_at for i in pick],
+        [items[i].thread for i in pick],
     ]
 
 
@@ -373,19 +412,35 @@ def _vector(v: Any) -> Vector:
 
 
 async def _write(
-    pool: asyncpg.Pool, namespace: str, groups: dict[bool, list[list[Any]]], timeout_s: float | None
+    pool: asyncpg.Pool,
+    namespace: str,
+    groups: dict[bool, list[list[Any]]],
+    entities: dict[str, list[tuple[str, float]]],
+    links: list[tuple[str, str, str]],
+    timeout_s: float | None,
 ) -> int:
-    """Run the upserts in one transaction, retried when it loses a deadlock; returns how many
-    rows were inserted (the rest were updated)."""
+    """Run the upserts (memories, then their entities and links) in one transaction, retried
+    when it loses a deadlock; returns how many rows were inserted (the rest were updated)."""
     for attempt in range(WRITE_ATTEMPTS):
         try:
             async with pool.acquire(timeout=timeout_s) as conn, conn.transaction():
                 await conn.execute(_LOCK_NAMESPACE, namespace, timeout=timeout_s)
                 inserted = 0
+                written: dict[str, int] = {}
                 for given, cols in groups.items():
                     if cols[0]:
                         rows = await conn.fetch(_UPSERT[given], namespace, *cols, timeout=timeout_s)
                         inserted += sum(1 for r in rows if r["inserted"])
+                        written.update((r["external_id"], r["id"]) for r in rows)
+                pairs = [(written[x], e, w) for x, es in entities.items() for e, w in es]
+                await conn.execute(_DELETE_ENTITIES, list(written.values()), timeout=timeout_s)
+                if pairs:
+                    await conn.execute(_INSERT_ENTITIES, namespace, *map(list, zip(*pairs, strict=True)),
+                                       timeout=timeout_s)
+                await conn.execute(_DELETE_LINKS, namespace, list(written), timeout=timeout_s)
+                if links:
+                    await conn.execute(_INSERT_LINKS, namespace, *map(list, zip(*links, strict=True)),
+                                       timeout=timeout_s)
                 return inserted
         except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as exc:
             if attempt == WRITE_ATTEMPTS - 1:

@@ -14,7 +14,7 @@ RETRIEVAL_LATENCY = Histogram(
 STRATEGY_USAGE = Counter("retrieval_strategy_usage_total", "Retrievals by strategy used", ["strategy"])
 EMPTY_RESULTS = Counter("retrieval_empty_results_total", "Retrievals that returned no result", ["strategy"])
 STAGE_LATENCY = Histogram(
-    "retrieval_stage_latency_ms", "Latency of pipeline stages in ms (analyze, embed)", ["stage"], buckets=LATENCY_BUCKETS_MS
+    "retrieval_stage_latency_ms", "Latency of pipeline stages in ms (analyze, embed, expand)", ["stage"], buckets=LATENCY_BUCKETS_MS
 )
 SEARCH_LATENCY = Histogram(
     "retrieval_search_latency_ms", "Latency of one search source in ms", ["source"], buckets=LATENCY_BUCKETS_MS
@@ -56,7 +56,7 @@ def init_series(strategies: list[str], sources: list[str]) -> None:
         SEARCH_LATENCY.labels(src)
         SOURCE_TIMEOUTS.labels(src)
         SOURCE_ERRORS.labels(src)
-    for stage in ("analyze", "embed"):
+    for stage in ("analyze", "embed", "expand"):
         STAGE_LATENCY.labels(stage)
     for op in ("insert", "update"):
         INGESTED.labels(op)

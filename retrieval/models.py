@@ -42,6 +42,13 @@ class Source(StrEnum):
     KEYWORD = "keyword"
     TEMPORAL = "temporal"
     TRIGRAM = "trigram"
+    # Expansion (a second wave, from the first wave's best candidates: the seeds).
+    LINKS = "links"
+    ENTITY = "entity"
+    THREAD = "thread"
+
+
+EXPANSION_SOURCES = frozenset({Source.LINKS, Source.ENTITY, Source.THREAD})
 
 
 class Fusion(StrEnum):
@@ -165,6 +172,10 @@ class Candidate:
     embedding: Any
     score: float
     source: Source
+    # How an expansion source reached it ("linked reply_to from m-12", "shares 「アオバ」 with m-7").
+    via: str | None = None
+    # The text of the seed it was reached from: the reranker reads the chain as one.
+    seed_text: str | None = None
 
 
 @dataclass
@@ -191,6 +202,12 @@ class RetrievalOptions:
     recent_conversation: tuple[tuple[str, str], ...] = ()
     include_metadata_details: bool = True
     log_run: bool = True
+    # Multi-hop expansion from the first wave's best candidates (and these memories' links).
+    expand: bool = True
+    seed_ids: tuple[str, ...] = ()
+    # At most per_bucket results with the same metadata[diversify_by] before any repeats.
+    diversify_by: str | None = None
+    per_bucket: int = 0
 
 
 @dataclass

@@ -17,8 +17,8 @@ from retrieval.models import Entity
 
 logger = logging.getLogger(__name__)
 
-# Bump when the index terms change (stop words, POS rules): cached eval indexes are rebuilt.
-TOKENIZER_VERSION = "2"
+# Bump when the index terms or entities change: cached eval indexes are rebuilt.
+TOKENIZER_VERSION = "3"
 
 # Sudachi POS prefixes (token.tag_) whose words carry content.
 _CONTENT_POS = ("名詞", "動詞-一般", "形容詞-一般", "形状詞")
@@ -189,3 +189,40 @@ def cheap_entities(toks: list[Token]) -> list[Entity]:
             flush()
     flush()
     return ents
+
+
+_QUOTED_RE = re.compile(r"[「『]([^」』\n]{1,40})[」』]")
+_KATAKANA_NAME_RE = re.compile(r"[\u30A1-\u30FA\u30FC]{3,}")
+_LATIN_NAME_RE = re.compile(
+    r"(?<![A-Za-z0-9])(?:[A-Za-z]+[\-_]?[0-9][A-Za-z0-9\-]*|[A-Z][A-Za-z0-9]*(?:[ \-][A-Z][A-Za-z0-9]*)*)(?![A-Za-z0-9])"
+)
+MAX_ENTITIES = 20
+
+
+def normalize_entity(name: str) -> str:
+    """One spelling per entity: NFKC, Latin lower-cased, spaces folded."""
+    return " ".join(normalize_text(name).lower().split())
+
+
+# How much two memories naming the same thing say about each other, by how the name was found:
+# a quoted name (「ヒスイ」) is what a memory is about; a place (京都) is shared by unrelated ones.
+ENTITY_WEIGHTS = {"quoted": 1.0, "name": 0.8, "place": 0.4}
+
+
+def memory_entities(text: str, toks: list[Token]) -> list[tuple[str, float]]:
+    """Names a memory mentions, normalised, each with its weight: quoted names (「…」),
+    proper-noun runs (Sudachi; places count less), katakana words of three or more characters
+    and Latin names or model numbers. Common ones are told apart at query time by their
+    document frequency."""
+    text = normalize_text(text)
+    found = [(m.group(1), ENTITY_WEIGHTS["quoted"]) for m in _QUOTED_RE.finditer(text)]
+    found += [(e.text, ENTITY_WEIGHTS["place" if e.label == "Place" else "name"])
+              for e in cheap_entities(toks) if len(e.text) >= 2]
+    found += [(m.group(0), ENTITY_WEIGHTS["name"]) for m in _KATAKANA_NAME_RE.finditer(text)]
+    found += [(m.group(0), ENTITY_WEIGHTS["name"]) for m in _LATIN_NAME_RE.finditer(text) if len(m.group(0)) >= 3]
+    out: dict[str, float] = {}
+    for name, weight in found:
+        n = normalize_entity(name)
+        if n and n not in STOP_WORDS:
+            out[n] = max(out.get(n, 0.0), weight)
+    return list(out.items())[:MAX_ENTITIES]

@@ -33,7 +33,7 @@ from retrieval.models import (
     Source,
     SourceReport,
 )
-from retrieval.rerank import rerank
+from retrieval.rerank import fuse_first_wave, rerank
 from retrieval.sources import SOURCES, TEXT_ONLY_SOURCES, SearchContext, Skip, SourceFn
 from retrieval.strategy import PRESETS, Plan, Preset, plan
 from retrieval.validation import check_instant
@@ -48,6 +48,26 @@ def context_query(text: str, conversation: tuple[tuple[str, str], ...]) -> str |
     """`context + "---" + text` from the recent conversation, or None without one."""
     msgs = [f"{role}: {content}" for role, content in conversation[-MAX_CONTEXT_MESSAGES:] if content.strip()]
     return "\n".join(msgs) + "\n---\n" + text if msgs else None
+
+
+# Seeds pass on (their fused score / the best one's) to this power.
+SEED_SHARPNESS = 4.0
+
+
+def choose_seeds(
+    per_source: Mapping[Source, list[Candidate]], preset: Preset, given: tuple[str, ...] = ()
+) -> tuple[tuple[str, float], ...]:
+    """The first wave's best `expand_seeds` candidates by fused score (scaled so the best is
+    1), after the memories the caller named (the current turn's context), which count as 1."""
+    fused = fuse_first_wave(per_source, preset)
+    best = sorted(fused.values(), key=lambda x: x[2], reverse=True)[: preset.expand_seeds]
+    top = best[0][2] if best and best[0][2] > 0 else 1.0
+    seeds = {x: 1.0 for x in given}
+    for c, _, score in best:
+        # Sharpened: a runner-up that matched half the query (山口翔太 for 山口健太) must not
+        # pass on nearly as much as the seed that matched all of it.
+        seeds.setdefault(c.external_id, (score / top) ** SEED_SHARPNESS)
+    return tuple(seeds.items())
 
 
 class Orchestrator:
@@ -194,10 +214,24 @@ class Orchestrator:
             raise StoreUnavailable("no search source answered: " + ", ".join(
                 f"{k}: {r.error}" for k, r in tried.items()))
 
+        expansion_log: dict[str, Any] = {"expanded": False}
+        expanders = tuple(s for s in p.preset.expansion if s in self.sources)
+        if expanders and options.expand:
+            t_exp = time.perf_counter()
+            seeds = choose_seeds(per_source, p.preset, options.seed_ids)
+            more, more_reports = await self._search(replace(ctx, seeds=seeds), p, embedding, sources=expanders)
+            per_source.update(more)
+            reports.update(more_reports)
+            stages["expand"] = (time.perf_counter() - t_exp) * 1000.0
+            m.STAGE_LATENCY.labels("expand").observe(stages["expand"])
+            expansion_log = {"expanded": True, "seeds": [x for x, _ in seeds],
+                             "contributed": {s.value: len(c) for s, c in more.items()}}
+
         t_rr = time.perf_counter()
         # Off the event loop: the n-gram signal over long uncached memories is CPU work.
         scored, counts = await asyncio.to_thread(
-            rerank, per_source, p.preset, now=now, window=window, limit=options.limit, query=q
+            rerank, per_source, p.preset, now=now, window=window, limit=options.limit, query=q,
+            diversify_by=options.diversify_by, per_bucket=options.per_bucket,
         )
         stages["rerank"] = (time.perf_counter() - t_rr) * 1000.0
         m.RERANK_LATENCY.observe(stages["rerank"])
@@ -257,7 +291,7 @@ class Orchestrator:
                     namespace=options.namespace,
                     query=q,
                     strategy=strategy,
-                    plan={**plan_json, "intent": intent.to_json()},
+                    plan={**plan_json, "intent": intent.to_json(), "expansion": expansion_log},
                     candidate_ids=candidate_ids,
                     selected_ids=[r.id for r in results],
                     latencies={
@@ -271,7 +305,11 @@ class Orchestrator:
         return RetrievalResponse(results=results, metadata=meta)
 
     async def _search(
-        self, ctx: SearchContext, p: Plan, embedding: asyncio.Future[list[np.ndarray]]
+        self,
+        ctx: SearchContext,
+        p: Plan,
+        embedding: asyncio.Future[list[np.ndarray]],
+        sources: tuple[Source, ...] | None = None,
     ) -> tuple[dict[Source, list[Candidate]], dict[str, SourceReport]]:
         """Run the plan's sources concurrently, each under its own timeout; a source that needs
         the query's vectors waits for the embedding first (its timeout starts after it)."""
@@ -318,7 +356,7 @@ class Orchestrator:
                 logger.exception("source %s failed", source.value)
                 return source, [], SourceReport(source.value, ms, 0, "error", type(exc).__name__)
 
-        done = await asyncio.gather(*(run(s) for s in p.preset.sources))
+        done = await asyncio.gather(*(run(s) for s in (sources or p.preset.sources)))
         per_source = {s: c for s, c, _ in done}
         reports = {s.value: r for s, _, r in done}
         return per_source, reports

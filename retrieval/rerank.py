@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 import unicodedata
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
 
 from retrieval.cache import ByteLRU
-from retrieval.models import Candidate, Fusion, ScoredResult, Source, TimeRange
+from retrieval.models import EXPANSION_SOURCES, Candidate, Fusion, ScoredResult, Source, TimeRange
 from retrieval.strategy import Preset
 
 _SCORE_NAMES = {
@@ -18,7 +19,110 @@ _SCORE_NAMES = {
     Source.TEMPORAL: "cos in window",
     Source.KEYWORD: "bm25",
     Source.TRIGRAM: "n-gram",
+    Source.LINKS: "from seed",
+    Source.ENTITY: "from seed",
+    Source.THREAD: "from seed",
 }
+
+
+# How much of a memory's own fused score still counts when a chain stands for it.
+OWN_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class Expanded:
+    """What expansion added: per candidate, how it was reached, and the chain's text (seed
+    and memory together) where the chain, not the memory alone, gives its score."""
+
+    vias: dict[int, list[str]]
+    chain_text: dict[int, str]
+
+
+def expand(
+    fused: dict[int, tuple[Candidate, dict[str, float], float]],
+    per_source: Mapping[Source, Sequence[Candidate]],
+    weights: Mapping[Source, float],
+) -> tuple[dict[int, tuple[Candidate, dict[str, float], float]], Expanded]:
+    """Add what the expansion sources reached. Each scores the chain seed -> memory; the best
+    chain, times its source's weight, stands for the memory when it beats the memory's own
+    fused score (a reply outranks the question it answers; a deadline reached through a
+    project's name outranks the meeting that named it)."""
+    out = dict(fused)
+    best: dict[int, tuple[float, Candidate]] = {}
+    vias: dict[int, list[str]] = {}
+    for source in EXPANSION_SOURCES:
+        w = weights.get(source, 0.0)
+        for c in per_source.get(source, ()):
+            cand, signals, score = out.get(c.id, (c, {}, 0.0))
+            out[c.id] = (cand, {**signals, source.value: c.score}, score)
+            if c.id not in best or w * c.score > best[c.id][0]:
+                best[c.id] = (w * c.score, c)
+            if c.via:
+                vias.setdefault(c.id, []).append(c.via)
+    chain_text: dict[int, str] = {}
+    for cid, (b, c) in best.items():
+        cand, signals, score = out[cid]
+        if b > score:
+            # The chain stands for the memory; the memory's own match still orders chains.
+            out[cid] = (cand, {**signals, "expansion": b}, b + OWN_SHARE * score)
+            if c.seed_text:
+                chain_text[cid] = c.seed_text + "\n" + (cand.title or "") + cand.content
+    return out, Expanded(vias, chain_text)
+
+
+def admit(
+    ordered: Sequence[tuple[Candidate, dict[str, float], float]],
+    per_source: Mapping[Source, Sequence[Candidate]],
+    preset: Preset,
+    seats: int,
+) -> list[tuple[Candidate, dict[str, float], float]]:
+    """The candidates the reranker considers: each source's quota of its own best first, then
+    the best remaining by fused order; entity-only candidates capped at their share."""
+    if not preset.quotas:
+        return list(ordered[:seats])
+    position = {c.id: i for i, (c, _, _) in enumerate(ordered)}
+    chosen: set[int] = set()
+    for source, share in preset.quotas.items():
+        own = sorted(per_source.get(source, ()), key=lambda c: c.score, reverse=True)
+        for c in own[: math.ceil(share * seats)]:
+            if c.id in position:
+                chosen.add(c.id)
+    entity_cap = math.floor(preset.entity_only_share * seats)
+
+    others = {s.value for s in per_source if s != Source.ENTITY}
+
+    def entity_only(signals: Mapping[str, float]) -> bool:
+        return Source.ENTITY.value in signals and not others & signals.keys()
+
+    taken = sum(1 for i in chosen if entity_only(ordered[position[i]][1]))
+    for c, signals, _ in ordered:
+        if len(chosen) >= seats:
+            break
+        if c.id in chosen:
+            continue
+        if entity_only(signals):
+            if taken >= entity_cap:
+                continue
+            taken += 1
+        chosen.add(c.id)
+    return [ordered[i] for i in sorted(position[c] for c in chosen)]
+
+
+def diversify(results: Sequence[ScoredResult], key: str, per_bucket: int, limit: int) -> list[ScoredResult]:
+    """At most per_bucket results of one metadata[key] value before any bucket repeats; the
+    order within is kept, and skipped results fill what is left."""
+    if not key or per_bucket <= 0:
+        return list(results[:limit])
+    counts: dict[str, int] = {}
+    first, rest = [], []
+    for r in results:
+        bucket = str(r.candidate.metadata.get(key, ""))
+        if counts.get(bucket, 0) < per_bucket:
+            counts[bucket] = counts.get(bucket, 0) + 1
+            first.append(r)
+        else:
+            rest.append(r)
+    return (first + rest)[:limit]
 
 
 def minmax(scores: Sequence[float]) -> list[float]:
@@ -140,6 +244,11 @@ def near_window(created_at: datetime, window: TimeRange | None) -> float:
     return max(edge / width, 1e-6) if width.total_seconds() > 0 else -1.0
 
 
+# The n-gram signal reads at most this many characters of a memory: a 100k-character memory
+# holds nearly every common n-gram anyway, and its n-grams cost ~44 ms to make and ~7 MB to
+# cache (the cache would hold a handful). Every passage of the shared corpora is shorter.
+LEX_MAX_CHARS = 4000
+
 # A memory at the far end of a fuzzy window's soft edge keeps this share of its score.
 NEAR_WINDOW_FLOOR = 0.5
 
@@ -204,7 +313,7 @@ def dedupe(
     return kept, dropped
 
 
-def explain(r: ScoredResult, window: TimeRange | None, recency: float, near: float) -> str:
+def explain(r: ScoredResult, window: TimeRange | None, recency: float, near: float, vias: Sequence[str] = ()) -> str:
     """A short reason: which sources found it and each signal's value."""
     parts = []
     for s in r.sources:
@@ -214,6 +323,8 @@ def explain(r: ScoredResult, window: TimeRange | None, recency: float, near: flo
         val = f"{_SCORE_NAMES[src]} {raw:.3f}" if raw is not None else ""
         parts.append(f"{s} ({val}{f', rank {int(rank)}' if rank else ''})")
     text = "found by " + " + ".join(parts) if parts else "no source"
+    if vias:
+        text += "; " + ", ".join(dict.fromkeys(vias))
     if window is not None:
         label = window.relative or window.text or "window"
         if near == 0:
@@ -229,6 +340,19 @@ def explain(r: ScoredResult, window: TimeRange | None, recency: float, near: flo
     return text
 
 
+def fuse_first_wave(
+    per_source: Mapping[Source, Sequence[Candidate]], preset: Preset
+) -> dict[int, tuple[Candidate, dict[str, float], float]]:
+    """Fuse the first-wave sources (weighted or RRF; RRF scaled to [0, 1] so that thresholds
+    mean the same thing); expansion sources are added by `expand`."""
+    first = {s: c for s, c in per_source.items() if s not in EXPANSION_SOURCES}
+    if preset.fusion == Fusion.RRF:
+        fused = rrf(first, preset.weights, k=preset.rrf_k)
+        best = max((s for _, _, s in fused.values()), default=1.0) or 1.0
+        return {k: (c, sig, s / best) for k, (c, sig, s) in fused.items()}
+    return fuse_weighted(first, preset.weights, preset.norms)
+
+
 def rerank(
     per_source: Mapping[Source, Sequence[Candidate]],
     preset: Preset,
@@ -237,18 +361,13 @@ def rerank(
     window: TimeRange | None = None,
     limit: int = 10,
     query: str = "",
+    diversify_by: str | None = None,
+    per_bucket: int = 0,
 ) -> tuple[list[ScoredResult], dict[str, int]]:
-    """Fuse, keep the top `rerank_top` (window first), add the character n-gram signal, decay by
-    age, dedupe, threshold, label and explain."""
-    fused = (
-        rrf(per_source, preset.weights, k=preset.rrf_k)
-        if preset.fusion == Fusion.RRF
-        else fuse_weighted(per_source, preset.weights, preset.norms)
-    )
-    # RRF scores are tiny (1/61 ...); scale them to [0, 1] so thresholds mean the same thing.
-    if preset.fusion == Fusion.RRF and fused:
-        best = max(s for _, _, s in fused.values())
-        fused = {k: (c, sig, s / best) for k, (c, sig, s) in fused.items()}
+    """Fuse, add what expansion reached, admit the top `rerank_top` by quotas (window first),
+    add the character n-gram signal, decay by age, dedupe, threshold, diversify, label and
+    explain."""
+    fused, expanded = expand(fuse_first_wave(per_source, preset), per_source, preset.expansion)
     first = preset.window == "first" and window is not None
 
     def placed(c: Candidate) -> float:
@@ -257,10 +376,12 @@ def rerank(
 
     ordered = sorted(fused.values(), key=lambda x: (placed(x[0]) >= 0, x[2]), reverse=True)
     before = len(ordered)
-    top = ordered[: max(preset.rerank_top, limit)]
+    top = admit(ordered, per_source, preset, max(preset.rerank_top, limit))
     lex: dict[int, float] = {}
     if preset.lex_weight > 0 and query:
-        lex = lexical_overlap(query, {c.id: (c.title or "") + c.content for c, _, _ in top}, preset.lex_n)
+        texts = {c.id: (expanded.chain_text.get(c.id) or (c.title or "") + c.content)[:LEX_MAX_CHARS]
+                 for c, _, _ in top}
+        lex = lexical_overlap(query, texts, preset.lex_n)
     scored: list[tuple[bool, ScoredResult, float, float]] = []
     for cand, signals, score in top:
         rec = recency_factor(cand.created_at, now, half_life_days=preset.recency_half_life_days, weight=preset.recency_weight)
@@ -280,7 +401,10 @@ def rerank(
     # The threshold applies to everything but memories inside a window the query named: those
     # were asked for, and nothing from outside may outrank them.
     passing = [r for inside, r, _, _ in scored if r.score >= preset.min_score or (first and inside)]
-    kept, dropped = dedupe(passing, preset.dedupe_threshold, keep=limit)
+    diverse = bool(diversify_by and per_bucket > 0)
+    kept, dropped = dedupe(passing, preset.dedupe_threshold, keep=None if diverse else limit)
+    if diverse:
+        kept = diversify(kept, diversify_by or "", per_bucket, limit)
     final: list[ScoredResult] = []
     for r in kept:
         near, rec = meta[r.candidate.id]
@@ -289,7 +413,7 @@ def rerank(
             r.relevance = "near_window"
         elif first and near < 0:
             r.relevance = "outside_window"
-        r.reason = explain(r, window if first else None, rec, near)
+        r.reason = explain(r, window if first else None, rec, near, expanded.vias.get(r.candidate.id, ()))
         final.append(r)
     counts = {"before": before, "considered": len(top), "duplicates": len(dropped), "after": len(final[:limit])}
     return final[:limit], counts

@@ -92,6 +92,11 @@ POSTINGS_PER_TERM = 2000
 
 MAX_TRIGRAM_TERMS = 6
 
+# An entity named by more memories than this (or than this share of the namespace, at least
+# five) says nothing about which ones belong together: プロジェクト in a diary of projects.
+ENTITY_MAX_DF = 50
+ENTITY_MAX_DF_SHARE = 0.05
+
 
 def _trigram_sql(n: int) -> str:
     # One pg_trgm GIN bitmap scan per name (a branch each, no other condition, so that index is
@@ -149,6 +154,10 @@ class SearchContext:
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
     postings_per_term: int = POSTINGS_PER_TERM
+    # The first wave's best candidates (external id, fused score), for the expansion sources.
+    seeds: tuple[tuple[str, float], ...] = ()
+    entity_max_df: int = ENTITY_MAX_DF
+    entity_min_seeds: int = 1
     debug: dict[str, Any] = field(default_factory=dict)
 
     def where_args(self, window: TimeRange | None = None) -> tuple[Any, ...]:
@@ -171,7 +180,7 @@ def _np(v: Any) -> np.ndarray:
 SourceFn = Callable[[SearchContext], Awaitable[list[Candidate]]]
 
 
-def _rows(rows: list[asyncpg.Record], source: Source) -> list[Candidate]:
+def _rows(rows: list[asyncpg.Record], source: Source, score_key: str = "score") -> list[Candidate]:
     return [
         Candidate(
             id=r["id"],
@@ -183,7 +192,7 @@ def _rows(rows: list[asyncpg.Record], source: Source) -> list[Candidate]:
             metadata=r["metadata"],
             created_at=r["created_at"],
             embedding=_np(r["embedding"]),
-            score=float(r["score"]),
+            score=float(r[score_key]),
             source=source,
         )
         for r in rows
@@ -232,6 +241,8 @@ async def keyword(ctx: SearchContext) -> list[Candidate]:
             return []
         terms = [r["term"] for r in stats]
         ctx.debug["keyword_terms"] = terms
+        # The expansion sources weigh what a hop adds by these terms' IDF.
+        ctx.debug["query_terms"] = (terms, [float(r["idf"]) for r in stats])
         rows = await conn.fetch(
             KEYWORD_SQL,
             *ctx.where_args(),
@@ -307,8 +318,163 @@ async def trigram(ctx: SearchContext) -> list[Candidate]:
     return _rows(rows, Source.TRIGRAM)
 
 
+# --- Expansion: a second wave from the seeds (the first wave's best candidates). ---
+
+# How much of a seed's score a link passes on, by label: a reply answers its question.
+LINK_WEIGHTS = {"reply_to": 1.0, "continuation": 0.9, "caused_by": 0.8, "same_topic": 0.7}
+ANSWER_WEIGHT = 1.1
+
+_SEEDS = "unnest($6::text[], $7::float8[]) AS s(ext, score)"
+
+
+def _coverage(t: int) -> str:
+    """IDF mass of the query's terms ($t, weights $t+1) that the seed `sm` holds, and that the
+    seed and the memory `m` hold together: what the hop adds to the seed."""
+    q = f"unnest(${t}::text[], ${t + 1}::float8[]) AS q(term, idf)"
+    return (f"(SELECT coalesce(sum(q.idf), 0) FROM {q} WHERE sm.term_tf ? q.term) AS seed_cov, "
+            f"(SELECT coalesce(sum(q.idf), 0) FROM {q} WHERE sm.term_tf ? q.term OR m.term_tf ? q.term) AS union_cov")
+
+# Returns live memories one link away from a seed, either direction (a reply to a seed, the
+# question a seed replies to), with the seed, the label and the direction.
+LINKS_SQL = f"""
+WITH s AS (SELECT * FROM {_SEEDS}),
+l AS (
+  SELECT s.ext AS seed, s.score, l.label, l.to_external AS other, 'to' AS dir
+  FROM s JOIN memory_links l ON l.namespace = $1 AND l.from_external = s.ext
+  UNION ALL
+  SELECT s.ext, s.score, l.label, l.from_external, 'from'
+  FROM s JOIN memory_links l ON l.namespace = $1 AND l.to_external = s.ext)
+SELECT {_COLS}, l.seed, l.score AS seed_score, l.label, l.dir, sm.content AS seed_text,
+       right(sm.content, 1) IN ('?', '？') OR sm.content ~ '(か|かな|の)[。！!]?$' AS seed_asks, {_coverage(9)}
+FROM l JOIN memories m ON m.namespace = $1 AND m.external_id = l.other
+JOIN memories sm ON sm.namespace = $1 AND sm.external_id = l.seed
+WHERE {_WHERE}
+LIMIT $8"""
+
+# Returns live memories that name an entity one of the seeds names, skipping entities named by
+# more memories than $8 or than a share $11 of the namespace (at least 5; counted up to that
+# cap + 1), or by fewer than $9 seeds; with the entity and the best seed that names it.
+ENTITY_SQL = f"""
+WITH s AS (SELECT * FROM {_SEEDS}),
+ent AS (
+  SELECT e.entity, max(s.score * e.weight) AS score, (array_agg(s.ext ORDER BY s.score * e.weight DESC))[1] AS seed,
+         count(*) AS seeds
+  FROM s JOIN memories sm ON sm.namespace = $1 AND sm.external_id = s.ext
+  JOIN memory_entities e ON e.memory_id = sm.id
+  GROUP BY e.entity HAVING count(*) >= $9),
+cap AS (
+  SELECT least($8::float8, greatest(5, $11::float8 * coalesce(max(doc_count), 0)))::int AS n
+  FROM namespace_stats WHERE namespace = $1),
+rare AS (
+  SELECT ent.* FROM ent, cap
+  WHERE (SELECT count(*) FROM (SELECT 1 FROM memory_entities x
+                               WHERE x.namespace = $1 AND x.entity = ent.entity LIMIT cap.n + 1) c) <= cap.n)
+SELECT DISTINCT ON (m.id) {_COLS}, rare.seed, rare.score AS seed_score, rare.entity, sm.content AS seed_text,
+       {_coverage(12)}
+FROM rare JOIN memory_entities e ON e.namespace = $1 AND e.entity = rare.entity
+JOIN memories m ON m.id = e.memory_id
+JOIN memories sm ON sm.namespace = $1 AND sm.external_id = rare.seed
+WHERE {_WHERE} AND m.id <> sm.id
+ORDER BY m.id, rare.score DESC
+LIMIT $10"""
+
+# Returns live memories in the thread of a seed, with that seed.
+THREAD_SQL = f"""
+WITH s AS (SELECT * FROM {_SEEDS}),
+t AS (
+  SELECT sm.thread, max(s.score) AS score, (array_agg(s.ext ORDER BY s.score DESC))[1] AS seed
+  FROM s JOIN memories sm ON sm.namespace = $1 AND sm.external_id = s.ext
+  WHERE sm.thread IS NOT NULL GROUP BY sm.thread)
+SELECT {_COLS}, t.seed, t.score AS seed_score, t.thread, sm.content AS seed_text, {_coverage(9)}
+FROM t JOIN memories m ON m.namespace = $1 AND m.thread = t.thread
+JOIN memories sm ON sm.namespace = $1 AND sm.external_id = t.seed
+WHERE {_WHERE} AND m.id <> sm.id
+LIMIT $8"""
+
+
+def _seed_args(ctx: SearchContext) -> tuple[list[str], list[float]]:
+    if not ctx.seeds:
+        raise Skip("no seeds to expand from")
+    return [x for x, _ in ctx.seeds], [float(sc) for _, sc in ctx.seeds]
+
+
+def _query_terms(ctx: SearchContext) -> tuple[list[str], list[float]]:
+    terms, idfs = ctx.debug.get("query_terms", ([], []))
+    return list(terms), list(idfs)
+
+
+# What a hop can add: at most this multiple of the seed's own share of the query.
+MAX_HOP_GAIN = 2.0
+# An entity hop must add at least this much (x the seed's coverage) to count.
+MIN_ENTITY_GAIN = 1.05
+# ... and one that adds no word of it counts this much (its own likeness to the query decides
+# among them: 提出期限 for a question about 締め切り).
+NO_GAIN_WEIGHT = 0.8
+
+
+def _chain(r: asyncpg.Record, c: Candidate, weight: float, via: str) -> Candidate:
+    """The candidate scored as the chain seed -> memory: the seed's score, times how much more
+    of the query (by IDF) the two hold together than the seed alone, times the hop's weight."""
+    seed_cov, union_cov = float(r["seed_cov"]), float(r["union_cov"])
+    gain = min(union_cov / seed_cov, MAX_HOP_GAIN) if seed_cov > 0 else 1.0
+    c.score = c.score * gain * weight
+    c.via = via
+    c.seed_text = r["seed_text"]
+    return c
+
+
+def _best(cands: list[Candidate], k: int) -> list[Candidate]:
+    best: dict[int, Candidate] = {}
+    for c in cands:
+        if c.id not in best or c.score > best[c.id].score:
+            best[c.id] = c
+    return sorted(best.values(), key=lambda c: c.score, reverse=True)[:k]
+
+
+async def links(ctx: SearchContext) -> list[Candidate]:
+    """Memories one link from a seed: replies, the question replied to, related topics."""
+    ext, scores = _seed_args(ctx)
+    async with leg_connection(ctx) as conn:
+        rows = await conn.fetch(LINKS_SQL, *ctx.where_args(), ext, scores, 4 * ctx.k, *_query_terms(ctx),
+                                timeout=ctx.timeout_s)
+    out = []
+    for r, c in zip(rows, _rows(rows, Source.LINKS, score_key="seed_score"), strict=True):
+        # A reply to a question is its answer: it passes on more than the question's own score.
+        answers = r["label"] == "reply_to" and r["dir"] == "from" and r["seed_asks"]
+        weight = ANSWER_WEIGHT if answers else LINK_WEIGHTS.get(r["label"], 0.5)
+        via = f"linked {r['label']} {'from' if r['dir'] == 'to' else 'to'} {r['seed']}"
+        out.append(_chain(r, c, weight, via))
+    return _best(out, ctx.k)
+
+
+async def entity(ctx: SearchContext) -> list[Candidate]:
+    """Memories naming what a seed names (「アオバ」, 山田真由), unless too common to mean anything."""
+    ext, scores = _seed_args(ctx)
+    async with leg_connection(ctx) as conn:
+        rows = await conn.fetch(ENTITY_SQL, *ctx.where_args(), ext, scores, ctx.entity_max_df,
+                                ctx.entity_min_seeds, 4 * ctx.k, ENTITY_MAX_DF_SHARE, *_query_terms(ctx),
+                                timeout=ctx.timeout_s)
+    # A shared name counts fully where the memory adds to what the seed holds of the query
+    # (the deadline of the project the meeting named), less where it adds no word of it.
+    out = [_chain(r, c, 1.0 if float(r["union_cov"]) > float(r["seed_cov"]) * MIN_ENTITY_GAIN else NO_GAIN_WEIGHT,
+                  f"shares 「{r['entity']}」 with {r['seed']}")
+           for r, c in zip(rows, _rows(rows, Source.ENTITY, score_key="seed_score"), strict=True)]
+    return _best(out, ctx.k)
+
+
+async def thread(ctx: SearchContext) -> list[Candidate]:
+    """Memories of a seed's thread."""
+    ext, scores = _seed_args(ctx)
+    async with leg_connection(ctx) as conn:
+        rows = await conn.fetch(THREAD_SQL, *ctx.where_args(), ext, scores, 4 * ctx.k, *_query_terms(ctx),
+                                timeout=ctx.timeout_s)
+    out = [_chain(r, c, 1.0, f"same thread as {r['seed']}")
+           for r, c in zip(rows, _rows(rows, Source.THREAD, score_key="seed_score"), strict=True)]
+    return _best(out, ctx.k)
+
+
 # Sources that need no query vector: the orchestrator starts them before the embedding is done.
-TEXT_ONLY_SOURCES = frozenset({Source.KEYWORD, Source.TRIGRAM})
+TEXT_ONLY_SOURCES = frozenset({Source.KEYWORD, Source.TRIGRAM, Source.LINKS, Source.ENTITY, Source.THREAD})
 
 SOURCES: Mapping[Source, SourceFn] = MappingProxyType(
     {
@@ -316,6 +482,9 @@ SOURCES: Mapping[Source, SourceFn] = MappingProxyType(
         Source.KEYWORD: keyword,
         Source.TEMPORAL: temporal,
         Source.TRIGRAM: trigram,
+        Source.LINKS: links,
+        Source.ENTITY: entity,
+        Source.THREAD: thread,
     }
 )
 

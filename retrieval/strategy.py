@@ -35,6 +35,16 @@ class Preset:
     # Weight of the character n-gram overlap signal (ref-llmless-hybrid-rerank's `lex`).
     lex_weight: float = 0.0
     lex_n: int = 2
+    # Multi-hop expansion after the first wave: from the best `expand_seeds` candidates, each
+    # expansion source adds weight x (the seed's fused score, passed along the hop) to what it
+    # reaches. Empty = no expansion.
+    expansion: Mapping[Source, float] = field(default_factory=lambda: MappingProxyType({}))
+    expand_seeds: int = 5
+    # Seats among the `rerank_top` candidates kept for each source's own best (a share each),
+    # so that no prolific source takes every seat; candidates found by the entity source alone
+    # take at most `entity_only_share`. Unfilled seats go to the best remaining by fused score.
+    quotas: Mapping[Source, float] = field(default_factory=lambda: MappingProxyType({}))
+    entity_only_share: float = 1.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -51,6 +61,11 @@ class Preset:
             "dedupe_threshold": self.dedupe_threshold,
             "norms": {s.value: n for s, n in self.norms.items()},
             "lex_weight": self.lex_weight,
+            "expansion": {s.value: w for s, w in self.expansion.items()},
+            "expand_seeds": self.expand_seeds,
+            "max_candidates": self.rerank_top,
+            "quotas": {s.value: q for s, q in self.quotas.items()},
+            "entity_only_share": self.entity_only_share,
         }
 
 
@@ -67,8 +82,14 @@ def _w(**kw: float) -> Mapping[Source, float]:
 # on the questions the selector calls conceptual, vector-only scored 0.93 / 0.87 MRR@10 (JSQuAD /
 # JaQuAD-semantic dev, 28 and 29 questions) and 1.00 / 0.97 with the keyword leg
 # (docs/benchmarks.md). The character n-gram overlap breaks ties.
+# Multi-hop expansion, shared by the fused presets (docs/strategy.md, "Expansion"): a reply
+# passes on its question's score (more when it answers a question), an entity or a thread less.
+EXPANSION = _w(links=1.0, entity=0.9, thread=0.7)
+QUOTAS = _w(vector=0.2, keyword=0.2, temporal=0.2, links=0.1, entity=0.1, thread=0.1)
+_EXPAND: dict[str, Any] = {"expansion": EXPANSION, "quotas": QUOTAS, "entity_only_share": 0.2}
+
 SEMANTIC_ONLY = Preset(Strategy.SEMANTIC_ONLY, (Source.VECTOR, Source.KEYWORD), Fusion.WEIGHTED,
-                       _w(vector=0.7, keyword=0.3), recency_weight=0.05, lex_weight=0.6, lex_n=3)
+                       _w(vector=0.7, keyword=0.3), recency_weight=0.05, lex_weight=0.6, lex_n=3, **_EXPAND)
 # Factual questions with names or terms: wording first (spec 3.2.2 raises keyword weight).
 KEYWORD_BOOST = Preset(
     Strategy.KEYWORD_BOOST,
@@ -78,6 +99,7 @@ KEYWORD_BOOST = Preset(
     recency_weight=0.05,
     lex_weight=0.6,
     lex_n=3,
+    **_EXPAND,
 )
 # A named time window: in-window memories first, ranked by meaning and words.
 TEMPORAL = Preset(
@@ -90,6 +112,7 @@ TEMPORAL = Preset(
     recency_half_life_days=30.0,
     lex_weight=0.3,
     lex_n=3,
+    **_EXPAND,
 )
 # Everything else (procedural, comparative, unclassified): all legs, meaning and words evenly.
 HYBRID = Preset(
@@ -100,6 +123,7 @@ HYBRID = Preset(
     recency_weight=0.05,
     lex_weight=0.6,
     lex_n=3,
+    **_EXPAND,
 )
 # Reciprocal rank fusion of the same legs, k=60 (ref-llmless-hybrid-rerank).
 HYBRID_RRF = replace(HYBRID, fusion=Fusion.RRF, weights=_w(vector=1.0, keyword=1.0, trigram=0.0), lex_weight=0.0)

@@ -1,10 +1,12 @@
 """Peak memory of a `retrieval serve` under a long locust load over very long memories.
 
-Starts the service from --repo (default: this checkout) on its own embedded PostgreSQL in
---data-dir, stores --memories memories of --chars characters each (made from the packaged
-sample memories, so the load's queries find them and the reranker reads them), runs
-scripts/locustfile.py headless for --minutes, and prints the server's RSS every minute and its
-peak (VmHWM). Loopback only.
+Stores --memories memories of --chars characters each in namespace `soak` of an embedded
+PostgreSQL in --data-dir (through this checkout's service; text cut from the JSQuAD corpus in
+../shared when present, so that every memory has its own n-grams, else from the packaged
+samples), then starts the service from --repo (default: this checkout) afresh on that
+database, runs scripts/locustfile.py headless against it for --minutes (every candidate the
+reranker reads is a long memory), and prints the server's RSS every minute and its peak
+(VmHWM). Loopback only.
 
     .venv/bin/python scripts/soak_rss.py --minutes 10 --data-dir /tmp/soak-after
     .venv/bin/python scripts/soak_rss.py --repo /tmp/before --minutes 10 --data-dir /tmp/soak-before
@@ -15,12 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import re
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -53,38 +56,12 @@ def main() -> int:
     ap.add_argument("--users", type=int, default=4)
     args = ap.parse_args()
 
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "PYTHONPATH": str(args.repo), "RETRIEVAL_DATA_DIR": str(args.data_dir)}
-    env.pop("DATABASE_URL", None)
-    log = open(args.data_dir.parent / f"soak-serve-{port}.log", "wb")  # noqa: SIM115
-    server = subprocess.Popen([sys.executable, "-m", "retrieval.cli", "serve", "--port", str(port)],
-                              cwd=args.repo, env=env, stdout=log, stderr=log)
-    try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
+    with _serve(HERE, args.data_dir) as (url, _):
         have = httpx.get(f"{url}/v1/memories/long-{args.memories - 1}", params={"namespace": "soak"}, timeout=30)
-        if have.status_code == 200:  # stored by an earlier run (perhaps of other code): reuse
-            args.memories = 0
-        sample = [json.loads(x)["content"] for x in (HERE / "retrieval/data/sample_memories.jsonl").open()]
-        rng = random.Random(7)
-        t0 = time.monotonic()
-        for start in range(0, args.memories, 4):
-            batch = []
-            for i in range(start, min(args.memories, start + 4)):
-                parts: list[str] = []
-                while sum(map(len, parts)) < args.chars:
-                    parts.append(rng.choice(sample))
-                batch.append({"id": f"long-{i}", "content": "".join(parts)[: args.chars]})
-            r = httpx.post(f"{url}/v1/memories", json={"namespace": "soak", "memories": batch}, timeout=600)
-            r.raise_for_status()
-        print(f"stored {args.memories} memories of {args.chars} characters in {time.monotonic() - t0:.0f} s; "
-              f"server {_status(server.pid)}", flush=True)
+        if have.status_code != 200:  # not stored by an earlier run
+            _store(url, args.memories, args.chars)
+    with _serve(args.repo, args.data_dir) as (url, server):
+        print(f"serving {args.repo} afresh: {_status(server.pid)}", flush=True)
         locust = subprocess.Popen(
             [str(Path(sys.executable).parent / "locust"), "-f", str(HERE / "scripts/locustfile.py"), "--host", url,
              "--headless", "-u", str(args.users), "-r", str(args.users), "-t", f"{int(args.minutes * 60)}s",
@@ -105,11 +82,54 @@ def main() -> int:
         print(f"failed or degraded responses: {fails}")
         st = _status(server.pid)
         print(f"peak RSS sampled {peak / 1024:.0f} MB; VmHWM {st['VmHWM'] / 1024:.0f} MB; final {st['VmRSS'] / 1024:.0f} MB")
-    finally:
-        server.terminate()
-        server.wait(30)
-        log.close()
     return 0
+
+
+def _texts() -> list[str]:
+    corpus = HERE.parent / "shared" / "eval" / "jsquad" / "corpus.jsonl"
+    if corpus.exists():
+        return [json.loads(x)["text"] for x in corpus.open(encoding="utf-8")]
+    return [json.loads(x)["content"] for x in (HERE / "retrieval/data/sample_memories.jsonl").open()]
+
+
+def _store(url: str, n: int, chars: int) -> None:
+    texts = _texts()
+    t0 = time.monotonic()
+    pos = 0
+    for start in range(0, n, 4):
+        batch = []
+        for i in range(start, min(n, start + 4)):
+            parts: list[str] = []
+            while sum(map(len, parts)) < chars:
+                parts.append(texts[pos % len(texts)])
+                pos += 1
+            batch.append({"id": f"long-{i}", "content": "".join(parts)[:chars]})
+        httpx.post(f"{url}/v1/memories", json={"namespace": "soak", "memories": batch}, timeout=900).raise_for_status()
+    print(f"stored {n} memories of {chars} characters in {time.monotonic() - t0:.0f} s", flush=True)
+
+
+@contextmanager
+def _serve(repo: Path, data_dir: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "PYTHONPATH": str(repo), "RETRIEVAL_DATA_DIR": str(data_dir)}
+    env.pop("DATABASE_URL", None)
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(data_dir.parent / f"soak-serve-{port}.log", "wb") as log:
+        server = subprocess.Popen([sys.executable, "-m", "retrieval.cli", "serve", "--port", str(port)],
+                                  cwd=repo, env=env, stdout=log, stderr=log)
+        try:
+            for _ in range(600):
+                try:
+                    if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.5)
+            yield url, server
+        finally:
+            server.terminate()
+            server.wait(30)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ Label = Annotated[SafeStr, Field(min_length=1, max_length=64)]
 class Message(BaseModel):
     role: Literal["user", "assistant", "system"]
     content: SafeStr
+    memory_id: SafeId | None = Field(default=None, max_length=MAX_ID_CHARS,
+                                     description="The stored memory this turn is: its links seed the search.")
 
 
 class TimeRangeIn(BaseModel):
@@ -53,6 +55,10 @@ class RetrieveOptionsIn(BaseModel):
     source_types: list[Label] = Field(default_factory=list, max_length=20)
     include_metadata_details: bool = True
     now: Instant | None = Field(default=None, description="Resolve time words against this instant.")
+    expand: bool = Field(default=True, description="Multi-hop expansion (links, entities, threads) after the first search.")
+    diversify_by: Annotated[SafeStr, Field(min_length=1, max_length=64)] | None = Field(
+        default=None, description="A metadata key: at most per_bucket results per value before any repeats.")
+    per_bucket: int = Field(default=2, ge=1, le=100)
 
 
 class RetrieveRequest(BaseModel):

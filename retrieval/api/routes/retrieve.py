@@ -39,6 +39,10 @@ async def retrieve(body: RetrieveRequest, rt: RuntimeDep, scope: ScopeDep) -> di
         now=o.now,
         recent_conversation=tuple((msg.role, msg.content) for msg in body.recent_conversation),
         include_metadata_details=o.include_metadata_details,
+        expand=o.expand,
+        seed_ids=tuple(msg.memory_id for msg in body.recent_conversation if msg.memory_id),
+        diversify_by=o.diversify_by,
+        per_bucket=o.per_bucket if o.diversify_by else 0,
     )
     resp = await rt.orchestrator.retrieve(body.query, opts)
     out = resp.to_json()

@@ -1,0 +1,122 @@
+"""Multi-hop recall: links, threads and entities stored at ingest, expanded after the first wave."""
+
+from datetime import UTC, datetime
+
+from retrieval.ingest import ingest, parse_items
+from retrieval.models import RetrievalOptions, ScoredResult, Source
+from retrieval.nlp import memory_entities
+from retrieval.rerank import admit, diversify
+from retrieval.strategy import HYBRID
+from tests.fakes import cand
+
+NOW = datetime(2026, 11, 22, 12, tzinfo=UTC)
+
+PROJECT = [
+    {"id": "intro", "content": "山田真由さんと新しいプロジェクト「ヒスイ」の打ち合わせをした。場所は京都。"},
+    {"id": "deadline", "content": "「ヒスイ」の締め切りは2月13日に決まった。"},
+    {"id": "budget", "content": "「ヒスイ」の予算は1120万円で承認された。"},
+    {"id": "ask", "content": "ヒスイの次の集まりの場所、決まった？", "thread": "hisui"},
+    {"id": "reply", "content": "オンラインに決まったよ。", "links": [{"to": "ask", "label": "reply_to"}], "thread": "hisui"},
+    {"id": "other", "content": "「スバル」の締め切りは1月14日に決まった。"},
+]
+
+
+async def _put(rt, ns, items):
+    return await ingest(rt.pool, rt.nlp, rt.embedder, parse_items(items), namespace=ns)
+
+
+async def _ask(rt, ns, q, **kw):
+    resp = await rt.orchestrator.retrieve(q, RetrievalOptions(namespace=ns, limit=5, now=NOW, **kw))
+    return resp
+
+
+def test_entities_are_extracted_with_weights(nlp):
+    text = "山田真由さんと新しいプロジェクト「ヒスイ」の打ち合わせをした。場所は京都。RTX-4090も使う。"
+    got = dict(memory_entities(text, nlp.tokens(text)))
+    assert got["ヒスイ"] == 1.0 and got["山田真由"] == 0.8 and got["京都"] == 0.4 and "rtx-4090" in got
+
+
+async def test_a_reply_is_reached_through_its_link_and_answers_the_question(rt, ns):
+    await _put(rt, ns, PROJECT)
+    resp = await _ask(rt, ns, "ヒスイの集まりはどこでやるの")
+    ids = [r.id for r in resp.results]
+    assert ids[0] == "reply", ids
+    reply = resp.results[0]
+    assert "links" in reply.sources and "linked reply_to to ask" in reply.reason
+    off = await _ask(rt, ns, "ヒスイの集まりはどこでやるの", expand=False)
+    assert "reply" not in [r.id for r in off.results][:1]
+    assert "links" not in off.metadata.search_breakdown
+
+
+async def test_an_entity_hop_finds_what_the_question_asks_of_a_named_person(rt, ns):
+    await _put(rt, ns, PROJECT)
+    resp = await _ask(rt, ns, "山田真由さんと打ち合わせしたプロジェクトの締め切りはいつ？")
+    top = resp.results[0]
+    assert top.id == "deadline", [r.id for r in resp.results]
+    assert "shares 「ヒスイ」 with intro" in top.reason and "entity" in top.sources
+    assert resp.metadata.search_breakdown["entity"].status == "ok"
+    assert "expand" in resp.metadata.stage_latency_ms
+
+
+async def test_links_wait_for_their_target_never_cross_namespaces_and_go_with_their_memory(rt, ns):
+    await _put(rt, ns, [{"id": "r", "content": "オンラインに決まったよ。", "links": [{"to": "q", "label": "reply_to"}]}])
+    async with rt.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM memory_links WHERE namespace = $1", ns) == 1
+    await _put(rt, ns, [{"id": "q", "content": "ヒスイの次の集まりの場所、決まった？"}])  # arrives later
+    resp = await _ask(rt, ns, "ヒスイの集まりはどこ")
+    assert "r" in [r.id for r in resp.results]
+    other = ns + "-b"
+    await _put(rt, other, [{"id": "q", "content": "ヒスイの次の集まりの場所、決まった？"}])
+    resp = await _ask(rt, other, "ヒスイの集まりはどこ")
+    assert "r" not in [r.id for r in resp.results]
+    async with rt.pool.acquire() as conn:
+        await conn.execute("DELETE FROM memories WHERE namespace = $1 AND external_id = 'r'", ns)
+        assert await conn.fetchval("SELECT count(*) FROM memory_links WHERE namespace = $1", ns) == 0
+
+
+async def test_thread_and_given_entities_are_stored(rt, ns):
+    await _put(rt, ns, [{"id": "a", "content": "進捗報告", "thread": "weekly", "entities": ["Project X"]}])
+    async with rt.pool.acquire() as conn:
+        row = await conn.fetchrow("SELECT m.thread, array_agg(e.entity) AS ents FROM memories m "
+                                  "JOIN memory_entities e ON e.memory_id = m.id WHERE m.namespace = $1 GROUP BY 1", ns)
+    assert row["thread"] == "weekly" and row["ents"] == ["project x"]
+
+
+async def test_seeds_from_the_conversation_and_the_run_log_records_expansion(rt, ns):
+    await _put(rt, ns, PROJECT)
+    resp = await _ask(rt, ns, "それはどうなった", seed_ids=("ask",))
+    assert "reply" in [r.id for r in resp.results]
+    await rt.orchestrator.flush()
+    from db.runs import get_run
+
+    run = await get_run(rt.pool, resp.metadata.run_id)
+    assert run["plan"]["expansion"]["expanded"] and run["plan"]["expansion"]["seeds"][0] == "ask"
+    assert run["plan"]["quotas"]
+
+
+def test_quotas_keep_each_source_its_seats_and_cap_entity_only():
+    """A prolific source cannot take every seat; entity-only candidates get at most their share."""
+    ordered = []
+    per = {Source.VECTOR: [], Source.KEYWORD: [], Source.ENTITY: []}
+    for i in range(40):  # entity-only candidates with the best fused scores
+        c = cand(i, 1.0, Source.ENTITY)
+        per[Source.ENTITY].append(c)
+        ordered.append((c, {"entity": 1.0}, 2.0 - i / 100))
+    for i in range(40, 60):
+        c = cand(i, 0.5, Source.KEYWORD)
+        per[Source.KEYWORD].append(c)
+        ordered.append((c, {"keyword": 0.5}, 0.5))
+    top = admit(ordered, per, HYBRID, 20)
+    entity_only = [c for c, s, _ in top if set(s) == {"entity"}]
+    assert len(top) == 20 and len(entity_only) <= 4
+    assert sum(1 for c, s, _ in top if "keyword" in s) >= 4
+
+
+def test_diversify_by_a_metadata_key():
+    rs = []
+    for i, year in enumerate(["2024", "2024", "2024", "2025", "2026"]):
+        c = cand(i, 1.0, Source.VECTOR)
+        c.metadata = {"year": year}
+        rs.append(ScoredResult(c, 1.0 - i / 10, {}, ["vector"]))
+    got = [r.candidate.metadata["year"] for r in diversify(rs, "year", 1, 4)]
+    assert got == ["2024", "2025", "2026", "2024"]
