@@ -91,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--force", action="store_true",
                    help="index into --namespace even if it holds memories eval did not put there (they are deleted)")
     e.add_argument("--max-queries", type=_positive, help="evaluate only the first N queries")
+    e.add_argument("--no-expand", action="store_true", help="turn multi-hop expansion off (options.expand=false)")
     e.add_argument("--json", action="store_true")
 
     b = sub.add_parser("bench", help="latency per stage and over HTTP at N memories")

@@ -155,6 +155,7 @@ async def run_eval(
     namespace: str,
     strategy: str = "auto",
     limit: int = 100,
+    expand: bool = True,
 ) -> dict[str, Any]:
     """Run every query through the orchestrator; return metrics, latency and per-strategy splits."""
     run: dict[str, dict[str, float]] = {}
@@ -165,7 +166,8 @@ async def run_eval(
     for q in queries:
         t = time.perf_counter()
         resp = await rt.orchestrator.retrieve(
-            q.text, RetrievalOptions(namespace=namespace, limit=limit, now=q.now, force_strategy=force, log_run=False)
+            q.text, RetrievalOptions(namespace=namespace, limit=limit, now=q.now, force_strategy=force, log_run=False,
+                                     expand=expand)
         )
         latencies.append((time.perf_counter() - t) * 1000.0)
         # ranx ranks by score; rank-derived scores keep our order exactly (ties included).
@@ -215,7 +217,8 @@ async def run_eval_cli(settings: Settings, args: argparse.Namespace) -> int:
     try:
         cached, secs = await ensure_index(rt, args.corpus, namespace, args.embeddings, force=args.force)
         print(f"index {'reused' if cached else 'built'} in {secs:.1f} s (namespace {namespace})", file=sys.stderr)
-        res = await run_eval(rt, queries, qrels, namespace=namespace, strategy=args.strategy, limit=args.limit)
+        res = await run_eval(rt, queries, qrels, namespace=namespace, strategy=args.strategy, limit=args.limit,
+                             expand=not args.no_expand)
     finally:
         await rt.close()
     res.pop("_run")

@@ -16,6 +16,7 @@ import asyncpg
 import numpy as np
 
 from retrieval.models import Candidate, Filters, QueryIntent, Source, TimeRange
+from retrieval.nlp import normalize_entity
 
 _COLS = "m.id, m.external_id, m.content, m.title, m.memory_type, m.source_type, m.metadata, m.created_at, m.embedding"
 
@@ -351,9 +352,10 @@ JOIN memories sm ON sm.namespace = $1 AND sm.external_id = l.seed
 WHERE {_WHERE}
 LIMIT $8"""
 
-# Returns live memories that name an entity one of the seeds names, skipping entities named by
-# more memories than $8 or than a share $11 of the namespace (at least 5; counted up to that
-# cap + 1), or by fewer than $9 seeds; with the entity and the best seed that names it.
+# Returns live memories that name an entity one of the seeds names: a bridge, so not one the
+# query itself names ($14, the normalised query: what the query names, the first wave already
+# searched for). Entities named by more memories than $8 or than a share $11 of the namespace
+# (at least 5; counted up to that cap + 1), or by fewer than $9 seeds, are skipped.
 ENTITY_SQL = f"""
 WITH s AS (SELECT * FROM {_SEEDS}),
 ent AS (
@@ -361,6 +363,7 @@ ent AS (
          count(*) AS seeds
   FROM s JOIN memories sm ON sm.namespace = $1 AND sm.external_id = s.ext
   JOIN memory_entities e ON e.memory_id = sm.id
+  WHERE strpos($14, e.entity) = 0
   GROUP BY e.entity HAVING count(*) >= $9),
 cap AS (
   SELECT least($8::float8, greatest(5, $11::float8 * coalesce(max(doc_count), 0)))::int AS n
@@ -407,9 +410,6 @@ def _query_terms(ctx: SearchContext) -> tuple[list[str], list[float]]:
 MAX_HOP_GAIN = 2.0
 # An entity hop must add at least this much (x the seed's coverage) to count.
 MIN_ENTITY_GAIN = 1.05
-# ... and one that adds no word of it counts this much (its own likeness to the query decides
-# among them: 提出期限 for a question about 締め切り).
-NO_GAIN_WEIGHT = 0.8
 
 
 def _chain(r: asyncpg.Record, c: Candidate, weight: float, via: str) -> Candidate:
@@ -453,12 +453,13 @@ async def entity(ctx: SearchContext) -> list[Candidate]:
     async with leg_connection(ctx) as conn:
         rows = await conn.fetch(ENTITY_SQL, *ctx.where_args(), ext, scores, ctx.entity_max_df,
                                 ctx.entity_min_seeds, 4 * ctx.k, ENTITY_MAX_DF_SHARE, *_query_terms(ctx),
-                                timeout=ctx.timeout_s)
-    # A shared name counts fully where the memory adds to what the seed holds of the query
-    # (the deadline of the project the meeting named), less where it adds no word of it.
-    out = [_chain(r, c, 1.0 if float(r["union_cov"]) > float(r["seed_cov"]) * MIN_ENTITY_GAIN else NO_GAIN_WEIGHT,
-                  f"shares 「{r['entity']}」 with {r['seed']}")
-           for r, c in zip(rows, _rows(rows, Source.ENTITY, score_key="seed_score"), strict=True)]
+                                normalize_entity(ctx.intent.query), timeout=ctx.timeout_s)
+    # A shared name is a bridge only where the memory adds to what the seed holds of the query
+    # (the deadline of the project the meeting named); a memory that adds no word of it is a
+    # neighbour, not an answer.
+    out = [_chain(r, c, 1.0, f"shares 「{r['entity']}」 with {r['seed']}")
+           for r, c in zip(rows, _rows(rows, Source.ENTITY, score_key="seed_score"), strict=True)
+           if float(r["union_cov"]) > float(r["seed_cov"]) * MIN_ENTITY_GAIN]
     return _best(out, ctx.k)
 
 
