@@ -62,3 +62,32 @@ def running_server(dsn: str, env: dict[str, str] | None = None, ready_s: float =
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def covers(tr, day: str) -> bool:
+    """Whether a time range holds noon (+09:00) of an ISO day."""
+    from datetime import datetime
+
+    d = datetime.fromisoformat(day + "T12:00:00+09:00")
+    return tr is not None and tr.start <= d < tr.end
+
+
+def dev_case_ok(analyzer, case: dict, now) -> bool:
+    """One labelled analyzer case (shared/eval/analyzer*_dev.jsonl): strategy (or strategy_not),
+    query type, and the window's covered and excluded days and relative name."""
+    from retrieval.strategy import plan
+
+    intent = analyzer.analyze(case["q"], now)
+    strategy = plan(intent).strategy.value
+    good = strategy == case["strategy"] if "strategy" in case else strategy != case["strategy_not"]
+    if case.get("type"):
+        good &= intent.query_type.value == case["type"]
+    t = case.get("time")
+    tr = intent.time_range
+    if t is None:
+        return good and tr is None
+    good &= all(covers(tr, d) for d in t.get("covers", []))
+    good &= not any(covers(tr, d) for d in t.get("excludes", []))
+    if t.get("relative"):
+        good &= tr is not None and tr.relative == t["relative"]
+    return good

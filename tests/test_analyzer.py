@@ -8,7 +8,7 @@ import pytest
 from retrieval.analyzer import CueDictionary, QueryAnalyzer
 from retrieval.models import QueryIntent, QueryType, Strategy, TimeRange
 from retrieval.strategy import PRESETS, plan, select_strategy
-from tests.helpers import shared_file
+from tests.helpers import dev_case_ok, shared_file
 
 NOW = datetime.fromisoformat("2026-11-22T12:00:00+09:00")
 
@@ -101,20 +101,6 @@ def test_dev_set_accuracy(analyzer):
     if not path.exists():
         pytest.skip("shared/eval not present")
     cases = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
-    ok = 0
-    for c in cases:
-        intent = analyzer.analyze(c["q"], NOW)
-        good = plan(intent).strategy.value == c["strategy"]
-        if c.get("type"):
-            good &= intent.query_type.value == c["type"]
-        t = c.get("time")
-        if t is None:
-            good &= intent.time_range is None
-        else:
-            good &= all(_covers(intent.time_range, d) for d in t.get("covers", []))
-            good &= not any(_covers(intent.time_range, d) for d in t.get("excludes", []))
-            if t.get("relative"):
-                good &= intent.time_range is not None and intent.time_range.relative == t["relative"]
-        ok += good
+    ok = sum(dev_case_ok(analyzer, c, NOW) for c in cases)
     print(f"analyzer dev accuracy: {ok}/{len(cases)}")
     assert ok / len(cases) >= 0.9

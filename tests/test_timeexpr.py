@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 
 from retrieval.models import Granularity
-from retrieval.strategy import plan
 from retrieval.timeexpr import kanji_to_int, parse_time, strip_spans
-from tests.helpers import shared_file
+from tests.helpers import covers, dev_case_ok, shared_file
 
 NOW = datetime.fromisoformat("2026-11-22T12:00:00+09:00")
 
@@ -103,11 +102,6 @@ def _cases(path):
     return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
 
 
-def _covers(tr, day: str) -> bool:
-    d = datetime.fromisoformat(day + "T12:00:00+09:00")
-    return tr is not None and tr.start <= d < tr.end
-
-
 CASES = Path(__file__).parent / "data" / "time_cases.jsonl"
 
 
@@ -121,8 +115,8 @@ def test_every_kind_of_expression(case):
         assert tr is None
         return
     assert tr is not None
-    assert all(_covers(tr, d) for d in case.get("covers", [])), (tr.start, tr.end)
-    assert not any(_covers(tr, d) for d in case.get("excludes", [])), (tr.start, tr.end)
+    assert all(covers(tr, d) for d in case.get("covers", [])), (tr.start, tr.end)
+    assert not any(covers(tr, d) for d in case.get("excludes", [])), (tr.start, tr.end)
     assert tr.fuzzy == bool(case.get("fuzzy"))
 
 
@@ -131,21 +125,8 @@ def test_time_dev_set_accuracy(analyzer):
     path = shared_file("eval", "analyzer_time_dev.jsonl")
     if not path.exists():
         pytest.skip("shared/eval not present")
-    ok = 0
     cases = _cases(path)
-    for c in cases:
-        intent = analyzer.analyze(c["q"], NOW)
-        strategy = plan(intent).strategy.value
-        good = strategy == c["strategy"] if "strategy" in c else strategy != c["strategy_not"]
-        if c.get("type"):
-            good &= intent.query_type.value == c["type"]
-        t = c.get("time")
-        if t is None:
-            good &= intent.time_range is None
-        else:
-            good &= all(_covers(intent.time_range, d) for d in t.get("covers", []))
-            good &= not any(_covers(intent.time_range, d) for d in t.get("excludes", []))
-        ok += good
+    ok = sum(dev_case_ok(analyzer, c, NOW) for c in cases)
     print(f"analyzer time dev accuracy: {ok}/{len(cases)}")
     assert ok / len(cases) >= 0.95
 
