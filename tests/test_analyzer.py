@@ -90,11 +90,6 @@ def test_plan_force_and_recency_off_for_past_window():
     assert PRESETS[Strategy.KEYWORD_BOOST].weights  # strategies are data
 
 
-def _covers(tr, day: str) -> bool:
-    d = datetime.fromisoformat(day + "T12:00:00+09:00")
-    return tr is not None and tr.start <= d < tr.end
-
-
 def test_dev_set_accuracy(analyzer):
     """The shared labelled examples (no sentence is special-cased); prints the accuracy."""
     path = shared_file("eval", "analyzer_dev.jsonl")
