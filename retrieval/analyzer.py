@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 from retrieval.calendar_ja import national_holidays
 from retrieval.models import Entity, QueryIntent, QueryType
-from retrieval.nlp import JapaneseNLP, normalize_text, terms_from_tokens
+from retrieval.nlp import JapaneseNLP, normalize_text, question_focus, terms_from_tokens
 from retrieval.timeexpr import parse_time, strip_spans
 
 _TYPE_ORDER = (
@@ -116,6 +116,7 @@ class QueryAnalyzer:
             language="en" if text.isascii() else "ja",
             name_terms=tuple(names[:8]),
             name_index_terms=tuple(" ".join(self.nlp.terms(n)) for n in names[:8]),
+            focus=question_focus(toks),
         )
 
 

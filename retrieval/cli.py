@@ -207,6 +207,7 @@ def _cmd_analyze(settings: Settings, args: argparse.Namespace) -> int:
                        "end": tr.end.isoformat() if tr and tr.end else None,
                        "relative": tr.relative if tr else None},
         "time_hints": list(intent.time_hints),
+        "focus": intent.focus,
         "strategy": p.strategy.value,
         "params": p.preset.to_json(),
     }

@@ -46,6 +46,11 @@ class Source(StrEnum):
     LINKS = "links"
     ENTITY = "entity"
     THREAD = "thread"
+    # Not by similarity: the newest memories, the newest states, and the exploration slot
+    # (similar memories from before the recent past).
+    RECENT = "recent"
+    STATES = "states"
+    VECTOR_GLOBAL = "vector_global"
 
 
 EXPANSION_SOURCES = frozenset({Source.LINKS, Source.ENTITY, Source.THREAD})
@@ -132,6 +137,8 @@ class QueryIntent:
     # index terms (space-joined), to look up how common it is.
     name_terms: tuple[str, ...] = ()
     name_index_terms: tuple[str, ...] = ()
+    # What the question asks about (its last common noun, as a search term), if any.
+    focus: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -143,6 +150,7 @@ class QueryIntent:
             "importance": self.importance,
             "language": self.language,
             "name_terms": list(self.name_terms),
+            "focus": self.focus,
         }
 
 
@@ -176,6 +184,8 @@ class Candidate:
     via: str | None = None
     # The text of the seed it was reached from: the reranker reads the chain as one.
     seed_text: str | None = None
+    # Expansion: the memory holds what the question asks about (its focus) and the seed does not.
+    answers_focus: bool = False
 
 
 @dataclass

@@ -130,6 +130,17 @@ def _is_content(tok: Token) -> bool:
     return tok.pos in {"NOUN", "PROPN", "VERB", "ADJ", "NUM"}
 
 
+def question_focus(toks: list[Token]) -> str | None:
+    """What a question asks about: its last common noun that is a search term (締め切り in
+    「…の締め切りはいつ？」, 予算 in 「…の予算を教えて」), as the term; None without one."""
+    for tok in reversed(toks):
+        if tok.tag.startswith("名詞-普通名詞") and _is_content(tok):
+            term = tok.norm.lower()
+            if term not in STOP_WORDS and tok.surface not in STOP_WORDS:
+                return term
+    return None
+
+
 def terms_from_tokens(toks: list[Token]) -> list[str]:
     """Map tokens to terms; Latin words give their folded surface (and Sudachi's reading)."""
     out: list[str] = []

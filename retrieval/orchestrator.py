@@ -33,7 +33,7 @@ from retrieval.models import (
     Source,
     SourceReport,
 )
-from retrieval.rerank import fuse_first_wave, rerank
+from retrieval.rerank import LEX_MAX_CHARS, fuse_first_wave, lexical_overlap, rerank
 from retrieval.sources import SOURCES, TEXT_ONLY_SOURCES, SearchContext, Skip, SourceFn
 from retrieval.strategy import PRESETS, Plan, Preset, plan
 from retrieval.validation import check_instant
@@ -55,18 +55,26 @@ SEED_SHARPNESS = 4.0
 
 
 def choose_seeds(
-    per_source: Mapping[Source, list[Candidate]], preset: Preset, given: tuple[str, ...] = ()
+    per_source: Mapping[Source, list[Candidate]], preset: Preset, given: tuple[str, ...] = (), query: str = ""
 ) -> tuple[tuple[str, float], ...]:
-    """The first wave's best `expand_seeds` candidates by fused score (scaled so the best is
-    1), after the memories the caller named (the current turn's context), which count as 1."""
-    fused = fuse_first_wave(per_source, preset)
-    best = sorted(fused.values(), key=lambda x: x[2], reverse=True)[: preset.expand_seeds]
-    top = best[0][2] if best and best[0][2] > 0 else 1.0
+    """The first wave's best `expand_seeds` candidates, scored as the reranker scores them
+    (fused, then the character n-gram signal on the best `rerank_top`) and scaled so the best
+    is 1; after the memories the caller named (the current turn's context), which count as 1."""
+    fused = sorted(fuse_first_wave(per_source, preset).values(), key=lambda x: x[2], reverse=True)
+    top = fused[: preset.rerank_top]
+    if preset.lex_weight > 0 and query and top:
+        texts = {c.id: ((c.title or "") + c.content)[:LEX_MAX_CHARS] for c, _, _ in top}
+        lex = lexical_overlap(query, texts, preset.lex_n)
+        scored = [(c, (1 - preset.lex_weight) * s + preset.lex_weight * lex[c.id]) for c, _, s in top]
+    else:
+        scored = [(c, s) for c, _, s in top]
+    best = sorted(scored, key=lambda x: x[1], reverse=True)[: preset.expand_seeds]
+    high = best[0][1] if best and best[0][1] > 0 else 1.0
     seeds = {x: 1.0 for x in given}
-    for c, _, score in best:
+    for c, score in best:
         # Sharpened: a runner-up that matched half the query (山口翔太 for 山口健太) must not
         # pass on nearly as much as the seed that matched all of it.
-        seeds.setdefault(c.external_id, (score / top) ** SEED_SHARPNESS)
+        seeds.setdefault(c.external_id, (max(score, 0.0) / high) ** SEED_SHARPNESS)
     return tuple(seeds.items())
 
 
@@ -197,35 +205,27 @@ class Orchestrator:
             filters=filters,
             k=max(p.preset.candidates_per_source, options.limit),
             window=window,
+            now=now,
         )
+        expanders = tuple(x for x in p.preset.expansion if x in self.sources) if options.expand else ()
         t_search = time.perf_counter()
-        per_source, reports = await self._search(ctx, p, embedding)
+        per_source, reports, expansion_log = await self._search(ctx, p, embedding, expanders, options.seed_ids, stages)
         stages["search"] = (time.perf_counter() - t_search) * 1000.0
         if embedding.done() and not embedding.cancelled() and embedding.exception() is None:
             m.STAGE_LATENCY.labels("embed").observe(stages["embed"])
         else:  # no vector source ran (or the embedding failed and those sources say so)
             embedding.cancel()
             stages.pop("embed", None)
+        if "expand" in stages:
+            m.STAGE_LATENCY.labels("expand").observe(stages["expand"])
 
-        tried = {k: r for k, r in reports.items() if r.status != "skipped"}
+        first_wave = {s.value for s in p.preset.sources}
+        tried = {k: r for k, r in reports.items() if k in first_wave and r.status != "skipped"}
         if tried and all(r.status in ("timeout", "error") for r in tried.values()):
             # Nothing answered: an empty 200 would read as "no memory matches".
             m.UNAVAILABLE.inc()
             raise StoreUnavailable("no search source answered: " + ", ".join(
                 f"{k}: {r.error}" for k, r in tried.items()))
-
-        expansion_log: dict[str, Any] = {"expanded": False}
-        expanders = tuple(s for s in p.preset.expansion if s in self.sources)
-        if expanders and options.expand:
-            t_exp = time.perf_counter()
-            seeds = choose_seeds(per_source, p.preset, options.seed_ids)
-            more, more_reports = await self._search(replace(ctx, seeds=seeds), p, embedding, sources=expanders)
-            per_source.update(more)
-            reports.update(more_reports)
-            stages["expand"] = (time.perf_counter() - t_exp) * 1000.0
-            m.STAGE_LATENCY.labels("expand").observe(stages["expand"])
-            expansion_log = {"expanded": True, "seeds": [x for x, _ in seeds],
-                             "contributed": {s.value: len(c) for s, c in more.items()}}
 
         t_rr = time.perf_counter()
         # Off the event loop: the n-gram signal over long uncached memories is CPU work.
@@ -309,57 +309,94 @@ class Orchestrator:
         ctx: SearchContext,
         p: Plan,
         embedding: asyncio.Future[list[np.ndarray]],
-        sources: tuple[Source, ...] | None = None,
-    ) -> tuple[dict[Source, list[Candidate]], dict[str, SourceReport]]:
-        """Run the plan's sources concurrently, each under its own timeout; a source that needs
-        the query's vectors waits for the embedding first (its timeout starts after it)."""
+        expanders: tuple[Source, ...],
+        given_seeds: tuple[str, ...],
+        stages: dict[str, float],
+    ) -> tuple[dict[Source, list[Candidate]], dict[str, SourceReport], dict[str, Any]]:
+        """Run the plan's sources concurrently, each under its own timeout, then expand.
 
-        async def run(source: Source) -> tuple[Source, list[Candidate], SourceReport]:
-            fn = self.sources.get(source)
-            if fn is None:
-                return source, [], SourceReport(source.value, 0.0, 0, "error", "no such source")
-            sctx = ctx
-            timeout = self._timeout_s(source)
-            if source not in TEXT_ONLY_SOURCES:
-                # A vector leg waits for the query embedding at most its own timeout: a hung
-                # or slow embedder degrades the vector legs, it does not hold the request.
-                t = time.perf_counter()
-                try:
-                    vecs = await asyncio.wait_for(asyncio.shield(embedding), timeout=timeout)
-                    sctx = replace(ctx, vectors=list(vecs))
-                except TimeoutError:
-                    ms = (time.perf_counter() - t) * 1000.0
-                    m.SOURCE_TIMEOUTS.labels(source.value).inc()
-                    logger.warning("source %s: no query embedding after %.0f ms", source.value, ms)
-                    return source, [], SourceReport(
-                        source.value, ms, 0, "timeout", f"embedding not ready after {timeout * 1000:.0f} ms")
-                except Exception as exc:  # the embedding failed: the vector legs cannot run
-                    m.SOURCE_ERRORS.labels(source.value).inc()
-                    logger.warning("source %s skipped: embedding failed: %s", source.value, exc)
-                    return source, [], SourceReport(source.value, 0.0, 0, "error", f"embedding failed: {type(exc).__name__}")
+        Expansion needs seeds but not the query's vector: it starts as soon as the sources that
+        need no embedding have answered, and seeds from them, so that it runs while the query is
+        still being embedded. Only when those found nothing does it wait for every source."""
+        first = p.preset.sources
+        tasks = {s: asyncio.ensure_future(self._run_source(ctx, s, embedding)) for s in first}
+        more: dict[Source, asyncio.Future[tuple[list[Candidate], SourceReport]]] = {}
+        log: dict[str, Any] = {"expanded": False}
+        found: dict[Source, list[Candidate]] = {}
+        try:
+            if expanders:
+                text_first = [s for s in first if s in TEXT_ONLY_SOURCES]
+                await asyncio.gather(*(tasks[s] for s in text_first))
+                found = {s: tasks[s].result()[0] for s in text_first}
+                down = bool(text_first) and all(tasks[s].result()[1].status in ("timeout", "error") for s in text_first)
+                if down:  # the store is not answering: another wave would only wait longer
+                    expanders = ()
+                elif not any(found.values()) and not given_seeds:
+                    await asyncio.gather(*tasks.values())
+                    found = {s: t.result()[0] for s, t in tasks.items()}
+            if expanders:
+                t_exp = time.perf_counter()
+                seeds = choose_seeds(found, p.preset, given_seeds, ctx.intent.query)
+                sctx = replace(ctx, seeds=seeds)
+                more = {s: asyncio.ensure_future(self._run_source(sctx, s, embedding)) for s in expanders}
+                await asyncio.gather(*more.values())
+                stages["expand"] = (time.perf_counter() - t_exp) * 1000.0
+                log = {"expanded": True, "seeds": [x for x, _ in seeds],
+                       "seeded_from": sorted(s.value for s, c in found.items() if c),
+                       "contributed": {s.value: len(t.result()[0]) for s, t in more.items()}}
+            await asyncio.gather(*tasks.values())
+        finally:
+            for t in (*tasks.values(), *more.values()):
+                t.cancel()
+        done = {**tasks, **more}
+        per_source = {s: t.result()[0] for s, t in done.items()}
+        reports = {s.value: t.result()[1] for s, t in done.items()}
+        return per_source, reports, log
+
+    async def _run_source(
+        self, ctx: SearchContext, source: Source, embedding: asyncio.Future[list[np.ndarray]]
+    ) -> tuple[list[Candidate], SourceReport]:
+        """One source under its own timeout; a source that needs the query's vectors waits for
+        the embedding first, at most that timeout. Never raises: failures are reported."""
+        fn = self.sources.get(source)
+        if fn is None:
+            return [], SourceReport(source.value, 0.0, 0, "error", "no such source")
+        sctx = ctx
+        timeout = self._timeout_s(source)
+        if source not in TEXT_ONLY_SOURCES:
+            # A vector leg waits for the query embedding at most its own timeout: a hung
+            # or slow embedder degrades the vector legs, it does not hold the request.
             t = time.perf_counter()
             try:
-                got = await asyncio.wait_for(fn(_with_timeout(sctx, timeout)), timeout=timeout)
-                ms = (time.perf_counter() - t) * 1000.0
-                m.SEARCH_LATENCY.labels(source.value).observe(ms)
-                return source, got, SourceReport(source.value, ms, len(got), "ok")
-            except Skip as why:
-                return source, [], SourceReport(source.value, 0.0, 0, "skipped", str(why))
-            except (TimeoutError, asyncpg.exceptions.QueryCanceledError):
+                vecs = await asyncio.wait_for(asyncio.shield(embedding), timeout=timeout)
+                sctx = replace(ctx, vectors=list(vecs))
+            except TimeoutError:
                 ms = (time.perf_counter() - t) * 1000.0
                 m.SOURCE_TIMEOUTS.labels(source.value).inc()
-                logger.warning("source %s timed out after %.0f ms", source.value, ms)
-                return source, [], SourceReport(source.value, ms, 0, "timeout", f"timed out after {timeout * 1000:.0f} ms")
-            except Exception as exc:  # a broken source must not fail the request
-                ms = (time.perf_counter() - t) * 1000.0
+                logger.warning("source %s: no query embedding after %.0f ms", source.value, ms)
+                return [], SourceReport(source.value, ms, 0, "timeout", f"embedding not ready after {timeout * 1000:.0f} ms")
+            except Exception as exc:  # the embedding failed: the vector legs cannot run
                 m.SOURCE_ERRORS.labels(source.value).inc()
-                logger.exception("source %s failed", source.value)
-                return source, [], SourceReport(source.value, ms, 0, "error", type(exc).__name__)
-
-        done = await asyncio.gather(*(run(s) for s in (sources or p.preset.sources)))
-        per_source = {s: c for s, c, _ in done}
-        reports = {s.value: r for s, _, r in done}
-        return per_source, reports
+                logger.warning("source %s skipped: embedding failed: %s", source.value, exc)
+                return [], SourceReport(source.value, 0.0, 0, "error", f"embedding failed: {type(exc).__name__}")
+        t = time.perf_counter()
+        try:
+            got = await asyncio.wait_for(fn(_with_timeout(sctx, timeout)), timeout=timeout)
+            ms = (time.perf_counter() - t) * 1000.0
+            m.SEARCH_LATENCY.labels(source.value).observe(ms)
+            return got, SourceReport(source.value, ms, len(got), "ok")
+        except Skip as why:
+            return [], SourceReport(source.value, 0.0, 0, "skipped", str(why))
+        except (TimeoutError, asyncpg.exceptions.QueryCanceledError):
+            ms = (time.perf_counter() - t) * 1000.0
+            m.SOURCE_TIMEOUTS.labels(source.value).inc()
+            logger.warning("source %s timed out after %.0f ms", source.value, ms)
+            return [], SourceReport(source.value, ms, 0, "timeout", f"timed out after {timeout * 1000:.0f} ms")
+        except Exception as exc:  # a broken source must not fail the request
+            ms = (time.perf_counter() - t) * 1000.0
+            m.SOURCE_ERRORS.labels(source.value).inc()
+            logger.exception("source %s failed", source.value)
+            return [], SourceReport(source.value, ms, 0, "error", type(exc).__name__)
 
     def _spawn(self, coro: Any) -> None:
         """Write a run in the background; when the database is slow and writes pile up past

@@ -22,6 +22,7 @@ _SCORE_NAMES = {
     Source.LINKS: "from seed",
     Source.ENTITY: "from seed",
     Source.THREAD: "from seed",
+    Source.VECTOR_GLOBAL: "cos, older",
 }
 
 
@@ -81,20 +82,24 @@ def admit(
     if not preset.quotas:
         return list(ordered[:seats])
     position = {c.id: i for i, (c, _, _) in enumerate(ordered)}
-    chosen: set[int] = set()
-    for source, share in preset.quotas.items():
-        own = sorted(per_source.get(source, ()), key=lambda c: c.score, reverse=True)
-        for c in own[: math.ceil(share * seats)]:
-            if c.id in position:
-                chosen.add(c.id)
     entity_cap = math.floor(preset.entity_only_share * seats)
-
     others = {s.value for s in per_source if s != Source.ENTITY}
 
     def entity_only(signals: Mapping[str, float]) -> bool:
         return Source.ENTITY.value in signals and not others & signals.keys()
 
-    taken = sum(1 for i in chosen if entity_only(ordered[position[i]][1]))
+    chosen: set[int] = set()
+    taken = 0
+    for source, share in preset.quotas.items():
+        own = sorted(per_source.get(source, ()), key=lambda c: c.score, reverse=True)
+        for c in own[: math.ceil(share * seats)]:
+            if c.id not in position or c.id in chosen:
+                continue
+            if entity_only(ordered[position[c.id]][1]):
+                if taken >= entity_cap:
+                    continue
+                taken += 1
+            chosen.add(c.id)
     for c, signals, _ in ordered:
         if len(chosen) >= seats:
             break
@@ -320,7 +325,10 @@ def explain(r: ScoredResult, window: TimeRange | None, recency: float, near: flo
         src = Source(s)
         raw = r.signals.get(s)
         rank = r.signals.get(f"{s}_rank")
-        val = f"{_SCORE_NAMES[src]} {raw:.3f}" if raw is not None else ""
+        if src in (Source.RECENT, Source.STATES):
+            val = "newest first"
+        else:
+            val = f"{_SCORE_NAMES[src]} {raw:.3f}" if raw is not None else ""
         parts.append(f"{s} ({val}{f', rank {int(rank)}' if rank else ''})")
     text = "found by " + " + ".join(parts) if parts else "no source"
     if vias:

@@ -89,7 +89,10 @@ def _w(**kw: float) -> Mapping[Source, float]:
 # expansion); 0.5 is the only one that keeps JSQuAD within half a point.
 EXPANSION = _w(links=1.0, entity=0.5, thread=0.7)
 QUOTAS = _w(vector=0.2, keyword=0.2, temporal=0.2, links=0.1, entity=0.1, thread=0.1)
-_EXPAND: dict[str, Any] = {"expansion": EXPANSION, "quotas": QUOTAS, "entity_only_share": 0.2}
+# Memories that only share a name with a seed (no search matched them) get no seat: measured on
+# JSQuAD they were unrelated passages (a painting reached through 「マスコミ」), and on the
+# multi-hop set they added nothing.
+_EXPAND: dict[str, Any] = {"expansion": EXPANSION, "quotas": QUOTAS, "entity_only_share": 0.0}
 
 SEMANTIC_ONLY = Preset(Strategy.SEMANTIC_ONLY, (Source.VECTOR, Source.KEYWORD), Fusion.WEIGHTED,
                        _w(vector=0.7, keyword=0.3), recency_weight=0.05, lex_weight=0.6, lex_n=3, **_EXPAND)

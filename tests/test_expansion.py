@@ -1,11 +1,15 @@
 """Multi-hop recall: links, threads and entities stored at ingest, expanded after the first wave."""
 
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from retrieval.ingest import ingest, parse_items
-from retrieval.models import RetrievalOptions, ScoredResult, Source
-from retrieval.nlp import memory_entities
+from retrieval.models import Filters, RetrievalOptions, ScoredResult, Source
+from retrieval.nlp import memory_entities, question_focus
 from retrieval.rerank import admit, diversify
+from retrieval.sources import SearchContext, Skip, recent, states, vector_global
 from retrieval.strategy import HYBRID
 from tests.fakes import cand
 
@@ -56,7 +60,8 @@ async def test_an_entity_hop_finds_what_the_question_asks_of_a_named_person(rt, 
     # the question's words but not the name.
     assert "deadline" in ids[:3] and ids.index("deadline") < ids.index("other"), ids
     hop = resp.results[ids.index("deadline")]
-    assert "shares 「ヒスイ」 with intro" in hop.reason and "entity" in hop.sources
+    assert "shares 「ヒスイ」 with intro, holds the asked 「締め切り」" in hop.reason and "entity" in hop.sources
+    assert resp.metadata.query_intent.focus == "締め切り"
     assert resp.metadata.search_breakdown["entity"].status == "ok"
     assert "expand" in resp.metadata.stage_latency_ms
 
@@ -94,6 +99,7 @@ async def test_seeds_from_the_conversation_and_the_run_log_records_expansion(rt,
 
     run = await get_run(rt.pool, resp.metadata.run_id)
     assert run["plan"]["expansion"]["expanded"] and run["plan"]["expansion"]["seeds"][0] == "ask"
+    assert run["plan"]["expansion"]["contributed"]["links"] >= 1
     assert run["plan"]["quotas"]
 
 
@@ -109,10 +115,14 @@ def test_quotas_keep_each_source_its_seats_and_cap_entity_only():
         c = cand(i, 0.5, Source.KEYWORD)
         per[Source.KEYWORD].append(c)
         ordered.append((c, {"keyword": 0.5}, 0.5))
-    top = admit(ordered, per, HYBRID, 20)
+    top = admit(ordered, per, replace(HYBRID, entity_only_share=0.2), 20)
     entity_only = [c for c, s, _ in top if set(s) == {"entity"}]
-    assert len(top) == 20 and len(entity_only) <= 4
+    assert len(top) == 20 and 1 <= len(entity_only) <= 4
     assert sum(1 for c, s, _ in top if "keyword" in s) >= 4
+    # The shipped presets give memories that only share a name no seat at all, even through
+    # the entity source's own quota.
+    top = admit(ordered, per, HYBRID, 20)
+    assert not [c for c, s, _ in top if set(s) == {"entity"}] and len(top) == 20
 
 
 def test_diversify_by_a_metadata_key():
@@ -123,3 +133,56 @@ def test_diversify_by_a_metadata_key():
         rs.append(ScoredResult(c, 1.0 - i / 10, {}, ["vector"]))
     got = [r.candidate.metadata["year"] for r in diversify(rs, "year", 1, 4)]
     assert got == ["2024", "2025", "2026", "2024"]
+
+
+def test_the_question_focus_is_its_last_common_noun(nlp):
+    for text, focus in [("山田真由さんと打ち合わせしたプロジェクトの締め切りはいつ？", "締め切り"),
+                        ("井上さんと進めている案件の予算を教えて", "予算"),
+                        ("ヒスイの集まりはどこでやるの", "集まり"),
+                        ("どこ？", None)]:
+        assert question_focus(nlp.tokens(text)) == focus, text
+
+
+async def test_expansion_seeds_from_the_text_legs_while_the_query_is_embedded(rt, ns):
+    """The second wave does not wait for the vector legs: its seeds come from keyword/trigram."""
+    await _put(rt, ns, PROJECT)
+    resp = await _ask(rt, ns, "山田真由さんと打ち合わせしたプロジェクトの締め切りはいつ？")
+    await rt.orchestrator.flush()
+    from db.runs import get_run
+
+    run = await get_run(rt.pool, resp.metadata.run_id)
+    assert run["plan"]["expansion"]["seeded_from"] and "vector" not in run["plan"]["expansion"]["seeded_from"]
+    assert run["plan"]["expansion"]["seeds"][0] == "intro"
+
+
+def _ctx(rt, ns, q, **kw):
+    return SearchContext(pool=rt.pool, intent=rt.analyzer.analyze(q, NOW), vectors=[], filters=Filters(namespace=ns),
+                         k=10, now=NOW, **kw)
+
+
+async def test_recent_and_states_are_the_newest_first(rt, ns):
+    items = [{"id": f"e{i}", "content": f"出来事{i}", "created_at": (NOW - timedelta(days=i)).isoformat()}
+             for i in range(1, 4)]
+    items += [{"id": "s-old", "content": "住所は横浜", "memory_type": "state",
+               "created_at": (NOW - timedelta(days=30)).isoformat()},
+              {"id": "s-new", "content": "住所は川崎", "memory_type": "state",
+               "created_at": (NOW - timedelta(days=2, hours=12)).isoformat()}]
+    await _put(rt, ns, items)
+    got = [c.external_id for c in await recent(_ctx(rt, ns, "最近どう"))]
+    assert got == ["e1", "e2", "s-new", "e3", "s-old"]
+    got = [c.external_id for c in await states(_ctx(rt, ns, "住所"))]
+    assert got == ["s-new", "s-old"]
+    assert [c.external_id for c in await recent(_ctx(rt, ns + "-other", "最近どう"))] == []
+
+
+async def test_the_exploration_slot_searches_only_the_older_past(rt, ns):
+    old = {"id": "old", "content": "京都で抹茶のパフェを食べた", "created_at": (NOW - timedelta(days=400)).isoformat()}
+    new = {"id": "new", "content": "京都で抹茶のパフェを食べた！", "created_at": (NOW - timedelta(days=3)).isoformat()}
+    await _put(rt, ns, [old, new])
+    q = "抹茶のパフェ"
+    ctx = _ctx(rt, ns, q, )
+    ctx = replace(ctx, vectors=[rt.embedder.embed_query(q)])
+    got = await vector_global(ctx)
+    assert [c.external_id for c in got] == ["old"] and got[0].source == Source.VECTOR_GLOBAL
+    with pytest.raises(Skip):
+        await vector_global(replace(ctx, now=None))

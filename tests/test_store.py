@@ -313,10 +313,25 @@ async def test_trigram_leg_uses_the_trigram_index(rt, ns):
     async with rt.pool.acquire() as conn, conn.transaction():
         await conn.execute("SET LOCAL enable_seqscan = off")
         plan = "\n".join(r[0] for r in await conn.fetch(
-            "EXPLAIN " + TRIGRAM_SQL[2], ns, [], [], None, None, 20.0, 10, "%ボロベン%", "%コーヒー%"))
+            "EXPLAIN " + TRIGRAM_SQL[2], ns, [], [], None, None, 2.0, 10, [1.0, 1.0], "%ボロベン%", "%コーヒー%"))
     # Each branch is confined to the namespace: a small namespace is read through its own index.
     assert "Seq Scan on memories" not in plan
     assert "idx_memories_content_trgm" in plan or "idx_memories_namespace_created" in plan
+
+
+async def test_trigram_names_count_by_rarity_not_length(rt, ns):
+    """A full name held by one memory outweighs a longer katakana word held by many: the
+    person asked about, not the template the question shares with other meetings."""
+    from retrieval.models import Filters
+    from retrieval.sources import SearchContext, trigram
+
+    items = [{"id": "kimura", "content": "千葉で木村翔太さんに会って、案件を進めることになった。"}]
+    items += [{"id": f"p{i}", "content": f"同僚{i}さんと新しいプロジェクトの打ち合わせをした。"} for i in range(6)]
+    await _ingest(rt, ns, items)
+    q = "木村翔太さんと打ち合わせしたプロジェクト"
+    ctx = SearchContext(pool=rt.pool, intent=rt.analyzer.analyze(q), vectors=[], filters=Filters(namespace=ns), k=10)
+    got = await trigram(ctx)
+    assert got[0].external_id == "kimura" and got[0].score > 0.5, [(c.external_id, c.score) for c in got]
 
 
 async def test_small_windows_are_searched_exactly(rt, ns, monkeypatch):
