@@ -170,6 +170,8 @@ async def in_process(rt: Any, queries: list[str], concurrency: int, namespace: s
         md = resp.metadata
         for k in ("analyze", "embed", "rerank"):
             stages[k].append(md.stage_latency_ms.get(k, 0.0))
+        if "expand" in md.stage_latency_ms:  # the second wave, from its seeds to its last source
+            stages["expand"].append(md.stage_latency_ms["expand"])
         for src, rep in md.search_breakdown.items():
             stages[src].append(rep.latency_ms)
         stages["total"].append(md.total_latency_ms)
