@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import json
 import logging
 import os
+import shutil
 import sys
+import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -241,7 +244,17 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     if not settings.parsed_api_keys() and not _is_loopback(args.host):
         print(f"WARNING: serving on {args.host} with no RETRIEVAL_API_KEYS: anyone who can reach this "
               "port can read, write and delete every namespace's memories", file=sys.stderr)
-    print(f"serving on http://{args.host}:{args.port} (OpenAPI at /docs)", file=sys.stderr)
+    if args.workers > 1:
+        # One truth for /metrics: each worker writes its samples to a directory of this start
+        # (emptied now: an earlier start's files would be added in), and any worker sums them.
+        from retrieval.metrics import MULTIPROC_ENV, prepare_multiprocess_dir
+
+        given = os.environ.get(MULTIPROC_ENV)
+        path = Path(given) if given else Path(tempfile.mkdtemp(prefix="retrieval-metrics-"))
+        os.environ[MULTIPROC_ENV] = str(prepare_multiprocess_dir(path))
+        if not given:
+            atexit.register(shutil.rmtree, path, True)
+    print(f"serving on http://{args.host}:{args.port} (OpenAPI at /docs, {args.workers} worker(s))", file=sys.stderr)
     uvicorn.run("retrieval.api:create_app", factory=True, host=args.host, port=args.port,
                 workers=args.workers, log_level="warning")
     return 0

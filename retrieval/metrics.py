@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import os
+import shutil
+from pathlib import Path
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, multiprocess
+
+# prometheus-client's multiprocess mode: every worker writes its samples to files in this
+# directory and any worker's /metrics sums them. Read when prometheus_client is imported, so
+# `retrieval serve --workers N` sets it before the workers start.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 # A service whose p95 target is tens of milliseconds: resolution where it matters.
 LATENCY_BUCKETS_MS = (1, 2.5, 5, 7.5, 10, 15, 20, 30, 40, 50, 75, 100, 150, 250, 500, 1000, 2500, 5000)
@@ -64,3 +73,28 @@ def init_series(strategies: list[str], sources: list[str]) -> None:
         FEEDBACK.labels(kind)
     for table in ("retrieval_runs", "feedback"):
         RETENTION_DELETED.labels(table)
+
+
+def exposition_registry() -> CollectorRegistry:
+    """The registry /metrics exposes: this process's own, or (several workers) the sum over
+    every worker's files."""
+    if not os.environ.get(MULTIPROC_ENV):
+        return REGISTRY
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return registry
+
+
+def prepare_multiprocess_dir(path: Path) -> Path:
+    """An empty directory for one start of the service: files of an earlier start would be
+    summed into this one's counters."""
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def worker_exit(pid: int) -> None:
+    """Forget a stopped worker's live gauges (counters and histograms keep their totals)."""
+    if os.environ.get(MULTIPROC_ENV):
+        multiprocess.mark_process_dead(pid)

@@ -32,12 +32,15 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(dsn: str, env: dict[str, str] | None = None, ready_s: float = 60.0) -> Iterator[str]:
-    """`retrieval serve` on a free loopback port over dsn; yields its base URL, stops it after."""
+def running_server(
+    dsn: str, env: dict[str, str] | None = None, ready_s: float = 60.0, args: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """`retrieval serve` (with args) on a free loopback port over dsn; yields its base URL,
+    stops it after."""
     port = free_port()
     log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"retrieval-serve-{port}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
-        [sys.executable, "-m", "retrieval.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "-m", "retrieval.cli", "serve", "--host", "127.0.0.1", "--port", str(port), *args],
         cwd=ROOT, env={**os.environ, "DATABASE_URL": dsn, **(env or {})}, stdout=log, stderr=log,
     )
     url = f"http://127.0.0.1:{port}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Any
@@ -145,6 +146,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
                 await keeper
             if runtime is None:
                 await app.state.runtime.close()
+            m.worker_exit(os.getpid())
 
     app = FastAPI(
         title="Retrieval Orchestrator",

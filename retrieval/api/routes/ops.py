@@ -10,6 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
 from db import migrate as migrations
+from retrieval import metrics as m
 from retrieval.runtime import Runtime
 
 router = APIRouter(tags=["ops"])
@@ -56,4 +57,5 @@ async def readyz(request: Request) -> JSONResponse:
 @router.get("/metrics", response_class=Response, responses=_METRICS_RESPONSES)
 async def metrics() -> Response:
     """Prometheus exposition."""
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    # With several workers, the sum over all of them, whichever answers the scrape.
+    return Response(generate_latest(m.exposition_registry()), media_type=CONTENT_TYPE_LATEST)
