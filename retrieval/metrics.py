@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, multiprocess
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, multiprocess
 
 # prometheus-client's multiprocess mode: every worker writes its samples to files in this
 # directory and any worker's /metrics sums them. Read when prometheus_client is imported, so
@@ -53,6 +53,19 @@ HTTP_LATENCY = Histogram(
     "retrieval_http_request_latency_ms", "HTTP request latency in ms", ["route", "method"], buckets=LATENCY_BUCKETS_MS
 )
 
+DB_QUERIES = Counter(
+    "retrieval_db_queries_total", "Search legs run, by where they ran", ["target"]
+)
+# With several workers each checks every replica: the worst value of the live workers counts.
+REPLICA_LAG = Gauge(
+    "retrieval_replica_lag_seconds", "Replay lag of a read replica (0 when caught up)", ["replica"],
+    multiprocess_mode="livemax",
+)
+REPLICA_HEALTHY = Gauge(
+    "retrieval_replica_healthy", "1 when the replica serves reads, 0 when skipped", ["replica"],
+    multiprocess_mode="livemin",
+)
+
 
 def init_series(strategies: list[str], sources: list[str]) -> None:
     """Create every bounded label combination at zero, so dashboards show 0, not "no data"."""
@@ -73,6 +86,8 @@ def init_series(strategies: list[str], sources: list[str]) -> None:
         FEEDBACK.labels(kind)
     for table in ("retrieval_runs", "feedback"):
         RETENTION_DELETED.labels(table)
+    for target in ("primary", "replica"):
+        DB_QUERIES.labels(target)
 
 
 def exposition_registry() -> CollectorRegistry:

@@ -33,6 +33,7 @@ from retrieval.models import (
     Source,
     SourceReport,
 )
+from retrieval.replicas import CONNECTION_ERRORS, ReadRouter
 from retrieval.rerank import LEX_MAX_CHARS, fuse_first_wave, lexical_overlap, rerank
 from retrieval.sources import SOURCES, TEXT_ONLY_SOURCES, SearchContext, Skip, SourceFn
 from retrieval.strategy import PRESETS, Plan, Preset, plan
@@ -97,8 +98,10 @@ class Orchestrator:
         embed_cache_bytes: int = 32 * 1024 * 1024,
         run_log_max_pending: int = 64,
         run_log_timeout_s: float = 5.0,
+        router: ReadRouter | None = None,
     ) -> None:
         self.pool = pool
+        self.router = router
         self.analyzer = analyzer
         self.embedder = embedder
         self.tz = ZoneInfo(timezone)
@@ -198,8 +201,11 @@ class Orchestrator:
             end=hard.end if hard else None,
         )
         window = hard or p.time_range
+        # Reads go to a replica that has this namespace's last write, else to the primary.
+        pool, replica = self.router.read_pool(options.namespace) if self.router else (self.pool, None)
         ctx = SearchContext(
-            pool=self.pool,
+            pool=pool,
+            replica=replica,
             intent=intent,
             vectors=[],
             filters=filters,
@@ -380,6 +386,7 @@ class Orchestrator:
                 logger.warning("source %s skipped: embedding failed: %s", source.value, exc)
                 return [], SourceReport(source.value, 0.0, 0, "error", f"embedding failed: {type(exc).__name__}")
         t = time.perf_counter()
+        m.DB_QUERIES.labels("primary" if sctx.replica is None else "replica").inc()
         try:
             got = await asyncio.wait_for(fn(_with_timeout(sctx, timeout)), timeout=timeout)
             ms = (time.perf_counter() - t) * 1000.0
@@ -393,6 +400,10 @@ class Orchestrator:
             logger.warning("source %s timed out after %.0f ms", source.value, ms)
             return [], SourceReport(source.value, ms, 0, "timeout", f"timed out after {timeout * 1000:.0f} ms")
         except Exception as exc:  # a broken source must not fail the request
+            if sctx.replica is not None and self.router is not None and isinstance(exc, CONNECTION_ERRORS):
+                # The replica is gone, not the data: skip it from now on, ask the primary.
+                self.router.mark_failed(sctx.replica, exc)
+                return await self._run_source(replace(ctx, pool=self.router.primary, replica=None), source, embedding)
             ms = (time.perf_counter() - t) * 1000.0
             m.SOURCE_ERRORS.labels(source.value).inc()
             logger.exception("source %s failed", source.value)

@@ -13,10 +13,11 @@ from db.embedded import resolve_dsn
 from db.pool import create_pool
 from db.queries import check_embedding_model
 from retrieval.analyzer import CueDictionary, QueryAnalyzer
-from retrieval.config import Settings
+from retrieval.config import Settings, parse_replica_urls
 from retrieval.embeddings import Embedder, create_embedder
 from retrieval.nlp import JapaneseNLP
 from retrieval.orchestrator import Orchestrator
+from retrieval.replicas import ReadRouter, Replica
 
 logger = logging.getLogger(__name__)
 
@@ -30,9 +31,11 @@ class Runtime:
     analyzer: QueryAnalyzer
     embedder: Embedder
     orchestrator: Orchestrator
+    router: ReadRouter
 
     async def close(self) -> None:
         await self.orchestrator.close()
+        await self.router.close()
         await self.pool.close()
 
 
@@ -53,14 +56,17 @@ async def open_runtime(settings: Settings, *, embedder: Embedder | None = None, 
         nlp = await asyncio.to_thread(JapaneseNLP, settings.spacy_model, ner=settings.ner == "spacy")
     if embedder is None:
         embedder = await asyncio.to_thread(create_embedder, settings)
-    pool = await create_pool(
-        dsn,
-        min_size=settings.pool_min,
-        max_size=settings.pool_max,
-        ef_search=settings.hnsw_ef_search,
-        statement_timeout_ms=settings.statement_timeout_ms,
-        idle_in_transaction_timeout_ms=settings.idle_in_transaction_timeout_ms,
-    )
+    async def connect(target: str, min_size: int = settings.pool_min) -> asyncpg.Pool:
+        return await create_pool(
+            target,
+            min_size=min_size,
+            max_size=settings.pool_max,
+            ef_search=settings.hnsw_ef_search,
+            statement_timeout_ms=settings.statement_timeout_ms,
+            idle_in_transaction_timeout_ms=settings.idle_in_transaction_timeout_ms,
+        )
+
+    pool = await connect(dsn)
     try:
         async with pool.acquire() as conn:
             await check_embedding_model(conn, embedder.name, embedder.dim)
@@ -73,6 +79,14 @@ async def open_runtime(settings: Settings, *, embedder: Embedder | None = None, 
         recent_days=settings.recent_days,
         dictionary=CueDictionary.load(settings.dictionary_path),
     )
+    # Replicas are read by the router's checks from the start; one that is down now is
+    # retried by every check and used once healthy.
+    router = ReadRouter(pool, [Replica(i, d) for i, d in enumerate(parse_replica_urls(settings.replica_urls))],
+                        lambda d: connect(d, min_size=1), max_lag_s=settings.replica_max_lag_s,
+                        check_every_s=settings.replica_check_s)
+    if router.replicas:
+        await router.check()
+        router.start()
     orch = Orchestrator(
         pool,
         analyzer,
@@ -83,5 +97,6 @@ async def open_runtime(settings: Settings, *, embedder: Embedder | None = None, 
         max_limit=settings.max_limit,
         log_runs=settings.log_runs,
         embed_cache_bytes=settings.embed_cache_bytes,
+        router=router,
     )
-    return Runtime(settings, dsn, pool, nlp, analyzer, embedder, orch)
+    return Runtime(settings, dsn, pool, nlp, analyzer, embedder, orch, router)

@@ -163,6 +163,8 @@ class SearchContext:
     entity_min_seeds: int = 1
     # The request's "now" (the exploration slot searches before now - EXPLORE_AFTER).
     now: datetime | None = None
+    # The read replica `pool` belongs to (a retry goes to the primary), or None: the primary.
+    replica: Any = None
     debug: dict[str, Any] = field(default_factory=dict)
 
     def where_args(self, window: TimeRange | None = None) -> tuple[Any, ...]:

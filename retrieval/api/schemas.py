@@ -128,6 +128,7 @@ class IngestOut(BaseModel):
     embedded: int
     ids: list[str]
     seconds: float
+    lsn: str | None = Field(default=None, description="the primary's WAL position after the write (with replicas)")
 
 
 class FeedbackIn(BaseModel):

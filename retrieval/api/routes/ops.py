@@ -28,6 +28,8 @@ class ReadyOut(BaseModel):
     database: bool | None = None
     migrations_pending: list[int] | None = None
     error: str | None = None
+    # Each read replica: healthy, lag, last error. A replica down never makes the service unready.
+    replicas: list[dict[str, Any]] | None = None
 
 
 _READY_RESPONSES: dict[int | str, dict[str, Any]] = {503: {"model": ReadyOut, "description": "not ready"}}
@@ -50,6 +52,8 @@ async def readyz(request: Request) -> JSONResponse:
         except Exception as exc:  # readiness must answer, not raise
             checks["database"] = False
             checks["error"] = type(exc).__name__
+    if rt is not None and rt.router.replicas:
+        checks["replicas"] = rt.router.status()
     ok = bool(checks.get("models") and checks.get("database") and not checks.get("migrations_pending"))
     return JSONResponse({"ready": ok, **checks}, status_code=200 if ok else 503)
 
