@@ -60,3 +60,9 @@ async def check_embedding_model(conn: asyncpg.Connection, model: str, dim: int) 
             f"({dim} dims); use the same model, or a new database (DATABASE_URL / "
             "RETRIEVAL_DATA_DIR) and re-ingest"
         )
+
+
+# Returns whether the server has pg_trgm and the trigram index the names leg reads.
+TRIGRAM_READY = """
+SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm') AS extension,
+       to_regclass('idx_memories_content_trgm') IS NOT NULL AS indexed"""

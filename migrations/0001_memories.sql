@@ -1,7 +1,16 @@
 -- Memory store, BM25 statistics, retrieval run log and feedback.
 -- {{embedding_dim}} is replaced by the configured embedding dimension when first applied.
 CREATE EXTENSION IF NOT EXISTS vector;
-CREATE EXTENSION IF NOT EXISTS pg_trgm;
+-- pg_trgm serves the trigram (names) leg only: a server without it (some managed services)
+-- still gets the store, and the service reports that leg as unavailable.
+DO $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pg_trgm') THEN
+    CREATE EXTENSION IF NOT EXISTS pg_trgm;
+  ELSE
+    RAISE WARNING 'pg_trgm is not available on this server: the trigram (names) search leg is off';
+  END IF;
+END $$;
 
 CREATE TABLE IF NOT EXISTS store_meta (
     key   text PRIMARY KEY,
@@ -34,7 +43,12 @@ CREATE TABLE memories (
 );
 
 CREATE INDEX idx_memories_content_tsvector ON memories USING gin (content_tsvector);
-CREATE INDEX idx_memories_content_trgm ON memories USING gin (content gin_trgm_ops);
+DO $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm') THEN
+    CREATE INDEX idx_memories_content_trgm ON memories USING gin (content gin_trgm_ops);
+  END IF;
+END $$;
 CREATE INDEX idx_memories_embedding_hnsw ON memories USING hnsw (embedding vector_cosine_ops);
 CREATE INDEX idx_memories_namespace_created ON memories (namespace, created_at);
 

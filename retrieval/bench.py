@@ -147,7 +147,9 @@ async def load(rt: Any, n: int, seed: int = 7) -> tuple[bool, float]:
         await conn.execute("SET max_parallel_maintenance_workers = 1")
         # Index builds at 1M take many minutes: no statement timeout for them.
         big = 4 * 3600
-        await conn.execute("CREATE INDEX idx_memories_content_trgm ON memories USING gin (content gin_trgm_ops)", timeout=big)
+        if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm')"):
+            await conn.execute("CREATE INDEX idx_memories_content_trgm ON memories USING gin (content gin_trgm_ops)",
+                               timeout=big)
         await conn.execute("CREATE INDEX idx_postings_term_impact ON postings (namespace, term, impact DESC) "
                            "INCLUDE (memory_id, tf, dl)", timeout=big)
         await conn.execute("CREATE INDEX idx_memories_embedding_hnsw ON memories USING hnsw (embedding vector_cosine_ops)",

@@ -257,7 +257,7 @@ class SourceReport:
     source: str
     latency_ms: float
     count: int
-    status: str  # ok | timeout | error | skipped
+    status: str  # ok | timeout | error | skipped | unavailable (the server lacks what it needs)
     error: str | None = None
 
 

@@ -99,9 +99,12 @@ class Orchestrator:
         run_log_max_pending: int = 64,
         run_log_timeout_s: float = 5.0,
         router: ReadRouter | None = None,
+        unavailable: Mapping[Source, str] | None = None,
     ) -> None:
         self.pool = pool
         self.router = router
+        # Sources this server cannot run (pg_trgm missing): reported, never tried.
+        self.unavailable = dict(unavailable or {})
         self.analyzer = analyzer
         self.embedder = embedder
         self.tz = ZoneInfo(timezone)
@@ -226,7 +229,7 @@ class Orchestrator:
             m.STAGE_LATENCY.labels("expand").observe(stages["expand"])
 
         first_wave = {s.value for s in p.preset.sources}
-        tried = {k: r for k, r in reports.items() if k in first_wave and r.status != "skipped"}
+        tried = {k: r for k, r in reports.items() if k in first_wave and r.status not in ("skipped", "unavailable")}
         if tried and all(r.status in ("timeout", "error") for r in tried.values()):
             # Nothing answered: an empty 200 would read as "no memory matches".
             m.UNAVAILABLE.inc()
@@ -243,7 +246,8 @@ class Orchestrator:
         m.RERANK_LATENCY.observe(stages["rerank"])
 
         total_ms = (time.perf_counter() - t0) * 1000.0
-        degraded = [s for s, r in reports.items() if r.status in ("timeout", "error")]
+        # Without a source this server lacks, the answer is degraded too, and says so.
+        degraded = [s for s, r in reports.items() if r.status in ("timeout", "error", "unavailable")]
         run_id = str(uuid.uuid4())
         strategy = p.strategy.value
         m.RETRIEVAL_LATENCY.labels(strategy).observe(total_ms)
@@ -334,7 +338,9 @@ class Orchestrator:
                 text_first = [s for s in first if s in TEXT_ONLY_SOURCES]
                 await asyncio.gather(*(tasks[s] for s in text_first))
                 found = {s: tasks[s].result()[0] for s in text_first}
-                down = bool(text_first) and all(tasks[s].result()[1].status in ("timeout", "error") for s in text_first)
+                states = [tasks[s].result()[1].status for s in text_first]
+                down = any(x in ("timeout", "error") for x in states) and all(
+                    x in ("timeout", "error", "unavailable") for x in states)
                 if down:  # the store is not answering: another wave would only wait longer
                     expanders = ()
                 elif not any(found.values()) and not given_seeds:
@@ -367,6 +373,8 @@ class Orchestrator:
         fn = self.sources.get(source)
         if fn is None:
             return [], SourceReport(source.value, 0.0, 0, "error", "no such source")
+        if source in self.unavailable:
+            return [], SourceReport(source.value, 0.0, 0, "unavailable", self.unavailable[source])
         sctx = ctx
         timeout = self._timeout_s(source)
         if source not in TEXT_ONLY_SOURCES:

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import asyncpg
 
 from db import migrate as migrations
 from db.embedded import resolve_dsn
 from db.pool import create_pool
-from db.queries import check_embedding_model
+from db.queries import TRIGRAM_READY, check_embedding_model
 from retrieval.analyzer import CueDictionary, QueryAnalyzer
 from retrieval.config import Settings, parse_replica_urls
 from retrieval.embeddings import Embedder, create_embedder
+from retrieval.models import Source
 from retrieval.nlp import JapaneseNLP
 from retrieval.orchestrator import Orchestrator
 from retrieval.replicas import ReadRouter, Replica
@@ -32,6 +33,8 @@ class Runtime:
     embedder: Embedder
     orchestrator: Orchestrator
     router: ReadRouter
+    # What this server lacks, by the name to report it under (pg_trgm), with what it costs.
+    missing: dict[str, str] = field(default_factory=dict)
 
     async def close(self) -> None:
         await self.orchestrator.close()
@@ -67,12 +70,18 @@ async def open_runtime(settings: Settings, *, embedder: Embedder | None = None, 
         )
 
     pool = await connect(dsn)
+    missing: dict[str, str] = {}
     try:
         async with pool.acquire() as conn:
             await check_embedding_model(conn, embedder.name, embedder.dim)
+            trgm = await conn.fetchrow(TRIGRAM_READY)
     except BaseException:
         await pool.close()
         raise
+    if not trgm["indexed"]:
+        why = "is not installed" if not trgm["extension"] else "has no index on memories.content"
+        missing["pg_trgm"] = f"pg_trgm {why} on this server: the trigram (names) search leg is off"
+        logger.warning("%s; names are still matched by the keyword and vector legs", missing["pg_trgm"])
     analyzer = QueryAnalyzer(
         nlp,
         timezone=settings.timezone,
@@ -98,5 +107,6 @@ async def open_runtime(settings: Settings, *, embedder: Embedder | None = None, 
         log_runs=settings.log_runs,
         embed_cache_bytes=settings.embed_cache_bytes,
         router=router,
+        unavailable={Source.TRIGRAM: missing["pg_trgm"]} if "pg_trgm" in missing else {},
     )
-    return Runtime(settings, dsn, pool, nlp, analyzer, embedder, orch, router)
+    return Runtime(settings, dsn, pool, nlp, analyzer, embedder, orch, router, missing)

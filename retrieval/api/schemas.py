@@ -93,7 +93,8 @@ class ResultOut(BaseModel):
 class SourceOut(BaseModel):
     latency_ms: float
     count: int
-    status: str = Field(description="ok | skipped (nothing to search for) | timeout | error")
+    status: str = Field(
+        description="ok | skipped (nothing to search for) | timeout | error | unavailable (the server lacks it)")
     error: str | None
 
 

@@ -30,6 +30,8 @@ class ReadyOut(BaseModel):
     error: str | None = None
     # Each read replica: healthy, lag, last error. A replica down never makes the service unready.
     replicas: list[dict[str, Any]] | None = None
+    # What this server lacks (pg_trgm) and what that costs; the service runs without it.
+    missing: dict[str, str] | None = None
 
 
 _READY_RESPONSES: dict[int | str, dict[str, Any]] = {503: {"model": ReadyOut, "description": "not ready"}}
@@ -54,6 +56,8 @@ async def readyz(request: Request) -> JSONResponse:
             checks["error"] = type(exc).__name__
     if rt is not None and rt.router.replicas:
         checks["replicas"] = rt.router.status()
+    if rt is not None and rt.missing:
+        checks["missing"] = rt.missing
     ok = bool(checks.get("models") and checks.get("database") and not checks.get("migrations_pending"))
     return JSONResponse({"ready": ok, **checks}, status_code=200 if ok else 503)
 

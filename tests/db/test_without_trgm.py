@@ -1,0 +1,66 @@
+"""A server without pg_trgm (as on some managed PostgreSQL services): migrations succeed, the
+trigram leg is reported unavailable in `degraded` and `/readyz`, and everything else works.
+
+The server is the embedded wheel's own, told by PostgreSQL 18's `extension_control_path` to
+look for extensions in a directory that holds pgvector's files and nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import httpx
+import pytest
+
+from retrieval.api import create_app
+from retrieval.config import Settings
+from retrieval.runtime import open_runtime
+
+
+@pytest.fixture(scope="module")
+async def no_trgm(tmp_path_factory, nlp, embedder):
+    from pgserver._commands import POSTGRES_BIN_PATH
+
+    from db.embedded import embedded_dsn, stop_embedded
+
+    base = tmp_path_factory.mktemp("notrgm")
+    data_dir, ext = base / "db", base / "ext" / "extension"
+    ext.mkdir(parents=True)
+    for f in (POSTGRES_BIN_PATH.parent / "share" / "postgresql" / "extension").glob("vector*"):
+        shutil.copy(f, ext)
+    for d in (base / "ext", ext, *ext.iterdir()):
+        d.chmod(0o755)
+    await asyncio.to_thread(embedded_dsn, data_dir)  # initdb, first start
+    await asyncio.to_thread(stop_embedded, data_dir)
+    with open(data_dir / "postgresql.auto.conf", "a") as f:
+        f.write(f"extension_control_path = '{base / 'ext'}'\n")
+    dsn = await asyncio.to_thread(embedded_dsn, data_dir)
+    s = Settings(database_url=dsn, run_retention_days=0, log_runs=False)
+    rt = await open_runtime(s, embedder=embedder, nlp=nlp)
+    app = create_app(s, runtime=rt)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://t"
+    ) as client:
+        yield rt, client
+    await rt.close()
+    stop_embedded(data_dir)
+
+
+async def test_without_pg_trgm_the_names_leg_is_reported_missing_and_the_rest_works(no_trgm):
+    rt, client = no_trgm
+    async with rt.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_trgm'") == 0
+        assert await conn.fetchval("SELECT count(*) FROM pg_extension WHERE extname = 'vector'") == 1
+    assert "pg_trgm" in rt.missing
+    r = await client.post("/v1/memories", json={"namespace": "t", "memories": [
+        {"id": "a", "content": "RTX-4090を買ってゲーミングPCを組んだ"},
+        {"id": "b", "content": "京都で抹茶のパフェを食べた"}]})
+    assert r.status_code == 200
+    r = await client.post("/v1/retrieve", json={"query": "RTX-4090はいつ買った？", "namespace": "t"})
+    body = r.json()
+    assert r.status_code == 200 and body["results"][0]["id"] == "a"
+    trigram = body["metadata"]["search_breakdown"]["trigram"]
+    assert trigram["status"] == "unavailable" and "pg_trgm" in trigram["error"]
+    assert "trigram" in body["metadata"]["degraded"]
+    ready = await client.get("/readyz")
+    assert ready.status_code == 200 and "pg_trgm" in ready.json()["missing"]
