@@ -129,6 +129,10 @@ async def _cmd_migrate(settings: Settings) -> int:
     return 0
 
 
+# A file is one transaction; each of its statements may take this long.
+INGEST_TIMEOUT_S = 6 * 3600.0
+
+
 async def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -150,8 +154,11 @@ async def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     try:
         vectors = load_precomputed(args.embeddings, items, rt.embedder) if args.embeddings else None
         with tqdm(total=len(items), unit="mem", disable=len(items) < 64 or not sys.stderr.isatty(), file=sys.stderr) as bar:
+            # The pool's 60 s per-statement default would cut a large file's write half way.
             rep = await ingest(rt.pool, rt.nlp, rt.embedder, items, namespace=args.namespace, vectors=vectors,
-                               batch_size=settings.embed_batch_size, progress=bar.update)
+                               batch_size=settings.embed_batch_size, progress=bar.update, timeout_s=INGEST_TIMEOUT_S)
+    except TimeoutError:
+        return _err(f"the database did not finish the write within {INGEST_TIMEOUT_S:g} s; nothing was written")
     finally:
         await rt.close()
     rate = rep.received / rep.seconds if rep.seconds else 0.0
