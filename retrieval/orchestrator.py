@@ -348,7 +348,8 @@ class Orchestrator:
                     found = {s: t.result()[0] for s, t in tasks.items()}
             if expanders:
                 t_exp = time.perf_counter()
-                seeds = choose_seeds(found, p.preset, given_seeds, ctx.intent.query)
+                # Off the event loop: the n-gram signal is CPU work (as in rerank).
+                seeds = await asyncio.to_thread(choose_seeds, found, p.preset, given_seeds, ctx.intent.query)
                 sctx = replace(ctx, seeds=seeds)
                 more = {s: asyncio.ensure_future(self._run_source(sctx, s, embedding)) for s in expanders}
                 await asyncio.gather(*more.values())

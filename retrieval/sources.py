@@ -424,9 +424,9 @@ def _query_terms(ctx: SearchContext) -> tuple[list[str], list[float]]:
 MIN_ENTITY_ADDED = 0.1
 # A chain whose memory holds the question's focus (and whose seed does not) may pass on this
 # much more. Measured (docs/benchmarks.md): 1.4 took multi-hop dev MRR@10 from 0.627 to 0.724
-# but cost JSQuAD dev 0.5 and JaQuAD-semantic 0.8 points, where the focus is an answer type
-# (略称, 曲, 国) that a neighbouring passage holds and the right one does not; so it is off
-# (1.0), and the reason still says when a hop holds what was asked.
+# but cost JSQuAD dev 0.4 and JaQuAD-semantic 0.8 points against 1.0, where the focus is an
+# answer type (略称, 曲, 国) that a neighbouring passage holds and the right one does not; so
+# it is off (1.0), and the reason still says when a hop holds what was asked.
 FOCUS_BOOST = 1.0
 
 
