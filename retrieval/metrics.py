@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, multiprocess
@@ -101,11 +100,12 @@ def exposition_registry() -> CollectorRegistry:
 
 
 def prepare_multiprocess_dir(path: Path) -> Path:
-    """An empty directory for one start of the service: files of an earlier start would be
-    summed into this one's counters."""
-    if path.exists():
-        shutil.rmtree(path)
-    path.mkdir(parents=True)
+    """A directory for one start of the service, without an earlier start's sample files
+    (they would be summed into this one's counters). Only those files are removed: the
+    directory may be one an operator chose."""
+    path.mkdir(parents=True, exist_ok=True)
+    for f in path.glob("*.db"):
+        f.unlink()
     return path
 
 

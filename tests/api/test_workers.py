@@ -26,6 +26,7 @@ def test_two_workers_report_the_requests_of_both(rt, tmp_path):
     metrics_dir = tmp_path / "metrics"
     metrics_dir.mkdir()
     (metrics_dir / "counter_1.db").write_bytes(b"stale")  # an earlier start's file: removed at start
+    (metrics_dir / "keep.txt").write_text("not ours")  # anything else in the directory stays
     env = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
     with running_server(rt.dsn, env, args=("--workers", "2")) as url:
 
@@ -41,3 +42,4 @@ def test_two_workers_report_the_requests_of_both(rt, tmp_path):
         scrapes = [httpx.get(f"{url}/metrics", timeout=10).text for _ in range(6)]
     assert all(_count(t, "/healthz") == N_REQUESTS for t in scrapes), [_count(t, "/healthz") for t in scrapes]
     assert all("retrieval_latency_ms_bucket" in t for t in scrapes)
+    assert (metrics_dir / "keep.txt").read_text() == "not ours"
