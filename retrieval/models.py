@@ -54,6 +54,8 @@ class Source(StrEnum):
 
 
 EXPANSION_SOURCES = frozenset({Source.LINKS, Source.ENTITY, Source.THREAD})
+# First-wave sources a caller may add to any plan (options.add_sources).
+ADDABLE_SOURCES = frozenset({Source.RECENT, Source.STATES, Source.VECTOR_GLOBAL})
 
 
 class Fusion(StrEnum):
@@ -218,6 +220,8 @@ class RetrievalOptions:
     # At most per_bucket results with the same metadata[diversify_by] before any repeats.
     diversify_by: str | None = None
     per_bucket: int = 0
+    # Sources that do not rank by similarity (recent, states, vector_global), added to the plan.
+    add_sources: tuple[Source, ...] = ()
 
 
 @dataclass

@@ -23,6 +23,7 @@ from retrieval.cache import ByteLRU
 from retrieval.embeddings import Embedder
 from retrieval.errors import InvalidInput, StoreUnavailable
 from retrieval.models import (
+    ADDABLE_SOURCES,
     Candidate,
     Filters,
     QueryIntent,
@@ -36,7 +37,7 @@ from retrieval.models import (
 from retrieval.replicas import CONNECTION_ERRORS, ReadRouter
 from retrieval.rerank import LEX_MAX_CHARS, fuse_first_wave, lexical_overlap, rerank
 from retrieval.sources import SOURCES, TEXT_ONLY_SOURCES, SearchContext, Skip, SourceFn
-from retrieval.strategy import PRESETS, Plan, Preset, plan
+from retrieval.strategy import PRESETS, Plan, Preset, plan, with_sources
 from retrieval.validation import check_instant
 
 logger = logging.getLogger(__name__)
@@ -195,6 +196,9 @@ class Orchestrator:
         m.STAGE_LATENCY.labels("analyze").observe(stages["analyze"])
 
         p = plan(intent, limit=options.limit, force=options.force_strategy, time_range=None, presets=self.presets)
+        if options.add_sources:
+            p = replace(p, preset=with_sources(p.preset, options.add_sources),
+                        reasons=(*p.reasons, "added: " + ", ".join(s.value for s in options.add_sources)))
         hard = options.time_range
         filters = Filters(
             namespace=options.namespace,
@@ -335,7 +339,8 @@ class Orchestrator:
         found: dict[Source, list[Candidate]] = {}
         try:
             if expanders:
-                text_first = [s for s in first if s in TEXT_ONLY_SOURCES]
+                # Seeds come from the sources that match the query: not from the newest memories.
+                text_first = [s for s in first if s in TEXT_ONLY_SOURCES and s not in ADDABLE_SOURCES]
                 await asyncio.gather(*(tasks[s] for s in text_first))
                 found = {s: tasks[s].result()[0] for s in text_first}
                 states = [tasks[s].result()[1].status for s in text_first]

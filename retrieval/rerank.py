@@ -11,7 +11,15 @@ from datetime import datetime
 import numpy as np
 
 from retrieval.cache import ByteLRU
-from retrieval.models import EXPANSION_SOURCES, Candidate, Fusion, ScoredResult, Source, TimeRange
+from retrieval.models import (
+    ADDABLE_SOURCES,
+    EXPANSION_SOURCES,
+    Candidate,
+    Fusion,
+    ScoredResult,
+    Source,
+    TimeRange,
+)
 from retrieval.strategy import Preset
 
 _SCORE_NAMES = {
@@ -406,9 +414,11 @@ def rerank(
         scored.append((near >= 0, ScoredResult(cand, score * rec, signals, sources), rec, near))
     scored.sort(key=lambda x: (x[0], x[1].score), reverse=True)
     meta = {r.candidate.id: (near, rec) for _, r, rec, near in scored}
-    # The threshold applies to everything but memories inside a window the query named: those
-    # were asked for, and nothing from outside may outrank them.
-    passing = [r for inside, r, _, _ in scored if r.score >= preset.min_score or (first and inside)]
+    # The threshold applies to everything but memories inside a window the query named and
+    # memories a source the caller added found (the newest, the states): those were asked for.
+    asked = {s.value for s in ADDABLE_SOURCES}
+    passing = [r for inside, r, _, _ in scored
+               if r.score >= preset.min_score or (first and inside) or asked.intersection(r.sources)]
     diverse = bool(diversify_by and per_bucket > 0)
     kept, dropped = dedupe(passing, preset.dedupe_threshold, keep=None if diverse else limit)
     if diverse:

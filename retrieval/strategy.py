@@ -139,6 +139,26 @@ VECTOR_ONLY = Preset(Strategy.VECTOR_ONLY, (Source.VECTOR,), Fusion.WEIGHTED, _w
 KEYWORD_ONLY = Preset(Strategy.KEYWORD_ONLY, (Source.KEYWORD,), Fusion.WEIGHTED, _w(keyword=1.0),
                       min_score=0.0, dedupe_threshold=1.01)
 
+# What an added source weighs in the fusion and the share of the candidate seats it keeps
+# (options.add_sources). Not tuned: no dev set here asks for the newest memories or states.
+ADDED_WEIGHTS = _w(recent=0.15, states=0.2, vector_global=0.2)
+ADDED_QUOTA = 0.1
+
+
+def with_sources(preset: Preset, extra: tuple[Source, ...]) -> Preset:
+    """The preset with caller-added sources: each runs, weighs ADDED_WEIGHTS and keeps its
+    ADDED_QUOTA of the seats."""
+    new = tuple(s for s in dict.fromkeys(extra) if s not in preset.sources)
+    if not new:
+        return preset
+    return replace(
+        preset,
+        sources=preset.sources + new,
+        weights=MappingProxyType({**preset.weights, **{s: ADDED_WEIGHTS[s] for s in new}}),
+        quotas=MappingProxyType({**preset.quotas, **{s: ADDED_QUOTA for s in new}}) if preset.quotas else preset.quotas,
+    )
+
+
 PRESETS: Mapping[Strategy, Preset] = MappingProxyType(
     {p.strategy: p for p in (SEMANTIC_ONLY, KEYWORD_BOOST, TEMPORAL, HYBRID, VECTOR_ONLY, KEYWORD_ONLY)}
 )

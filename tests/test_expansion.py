@@ -186,3 +186,31 @@ async def test_the_exploration_slot_searches_only_the_older_past(rt, ns):
     assert [c.external_id for c in got] == ["old"] and got[0].source == Source.VECTOR_GLOBAL
     with pytest.raises(Skip):
         await vector_global(replace(ctx, now=None))
+
+
+async def test_a_caller_adds_the_newest_memories_states_and_the_exploration_slot(rt, ns, client):
+    """options.add_sources: memories no similarity search would pick come in, each saying how."""
+    old = (NOW - timedelta(days=400)).isoformat()
+    items = [
+        {"id": "gym-old", "content": "ジムで筋トレをした。ベンチプレス60kg", "created_at": old},
+        {"id": "gym-new", "content": "ジムで筋トレをした。ベンチプレス62kg", "created_at": (NOW - timedelta(days=2)).isoformat()},
+        {"id": "newest", "content": "新しい傘を買った", "created_at": (NOW - timedelta(hours=1)).isoformat()},
+        {"id": "home", "content": "住まいは川崎", "memory_type": "state", "created_at": (NOW - timedelta(days=30)).isoformat()},
+    ]
+    items += [{"id": f"gym{i}", "content": f"ジムで筋トレ{i}回目", "created_at": (NOW - timedelta(days=3 + i)).isoformat()}
+              for i in range(12)]
+    await _put(rt, ns, items)
+    body = {"query": "ジムで筋トレ", "namespace": ns, "options": {"now": NOW.isoformat(), "limit": 20}}
+    plain = (await client.post("/v1/retrieve", json=body)).json()
+    assert "newest" not in [r["id"] for r in plain["results"]]
+    body["options"]["add_sources"] = ["recent", "states", "vector_global"]
+    r = await client.post("/v1/retrieve", json=body)
+    got = {x["id"]: x for x in r.json()["results"]}
+    assert r.status_code == 200
+    assert "recent" in got["newest"]["sources"] and "recent (newest first)" in got["newest"]["reason"]
+    assert "states" in got["home"]["sources"]
+    assert "vector_global" in got["gym-old"]["sources"] and "vector_global" not in got["gym-new"]["sources"]
+    breakdown = r.json()["metadata"]["search_breakdown"]
+    assert {"recent", "states", "vector_global"} <= breakdown.keys()
+    bad = await client.post("/v1/retrieve", json={**body, "options": {"add_sources": ["links"]}})
+    assert bad.status_code == 422 and "add_sources" in str(bad.json())

@@ -59,6 +59,10 @@ class RetrieveOptionsIn(BaseModel):
     diversify_by: Annotated[SafeStr, Field(min_length=1, max_length=64)] | None = Field(
         default=None, description="A metadata key: at most per_bucket results per value before any repeats.")
     per_bucket: int = Field(default=2, ge=1, le=100)
+    add_sources: list[Literal["recent", "states", "vector_global"]] = Field(
+        default_factory=list, max_length=3,
+        description="Also search the newest memories, the newest states, or older similar memories "
+        "(the exploration slot: older than 90 days).")
 
 
 class RetrieveRequest(BaseModel):

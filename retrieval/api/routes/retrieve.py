@@ -17,7 +17,7 @@ from retrieval.api.schemas import (
     check_limits,
 )
 from retrieval.errors import NotFound
-from retrieval.models import RetrievalOptions, TimeRange
+from retrieval.models import RetrievalOptions, Source, TimeRange
 
 router = APIRouter(tags=["retrieval"])
 
@@ -43,6 +43,7 @@ async def retrieve(body: RetrieveRequest, rt: RuntimeDep, scope: ScopeDep) -> di
         seed_ids=tuple(msg.memory_id for msg in body.recent_conversation if msg.memory_id),
         diversify_by=o.diversify_by,
         per_bucket=o.per_bucket if o.diversify_by else 0,
+        add_sources=tuple(Source(x) for x in o.add_sources),
     )
     resp = await rt.orchestrator.retrieve(body.query, opts)
     out = resp.to_json()
