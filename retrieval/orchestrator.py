@@ -35,7 +35,7 @@ from retrieval.models import (
     SourceReport,
 )
 from retrieval.replicas import CONNECTION_ERRORS, ReadRouter
-from retrieval.rerank import LEX_MAX_CHARS, fuse_first_wave, lexical_overlap, rerank
+from retrieval.rerank import blend_lex, fuse_first_wave, lex_signal, rerank
 from retrieval.sources import SOURCES, TEXT_ONLY_SOURCES, SearchContext, Skip, SourceFn
 from retrieval.strategy import PRESETS, Plan, Preset, plan, with_sources
 from retrieval.validation import check_instant
@@ -64,12 +64,8 @@ def choose_seeds(
     is 1; after the memories the caller named (the current turn's context), which count as 1."""
     fused = sorted(fuse_first_wave(per_source, preset).values(), key=lambda x: x[2], reverse=True)
     top = fused[: preset.rerank_top]
-    if preset.lex_weight > 0 and query and top:
-        texts = {c.id: ((c.title or "") + c.content)[:LEX_MAX_CHARS] for c, _, _ in top}
-        lex = lexical_overlap(query, texts, preset.lex_n)
-        scored = [(c, (1 - preset.lex_weight) * s + preset.lex_weight * lex[c.id]) for c, _, s in top]
-    else:
-        scored = [(c, s) for c, _, s in top]
+    lex = lex_signal(query, {c.id: (c.title or "") + c.content for c, _, _ in top}, preset)
+    scored = [(c, blend_lex(s, lex[c.id], preset) if lex else s) for c, _, s in top]
     best = sorted(scored, key=lambda x: x[1], reverse=True)[: preset.expand_seeds]
     high = best[0][1] if best and best[0][1] > 0 else 1.0
     seeds = {x: 1.0 for x in given}

@@ -108,9 +108,24 @@ class ReadRouter:
         assert r.pool is not None
         return r.pool, r
 
-    async def note_write(self, namespace: str) -> str:
+    async def fetchrow(self, namespace: str, query: str, *args: Any) -> asyncpg.Record | None:
+        """One row read where read_pool says; a replica that fails at the connection is marked
+        failed and the primary answers instead."""
+        pool, replica = self.read_pool(namespace)
+        try:
+            return await pool.fetchrow(query, *args)
+        except CONNECTION_ERRORS as exc:
+            if replica is None:
+                raise
+            self.mark_failed(replica, exc)
+            return await self.primary.fetchrow(query, *args)
+
+    async def note_write(self, namespace: str) -> str | None:
         """After a committed write: the primary's WAL position, remembered for the namespace
-        (reads of it wait for a replica to reach it). Returns it as PostgreSQL prints it."""
+        (reads of it wait for a replica to reach it), as PostgreSQL prints it; None (and no
+        round trip) without replicas."""
+        if not self.replicas:
+            return None
         lsn = str(await self.primary.fetchval(PRIMARY_LSN_SQL))
         self._written[namespace] = max(self._written.get(namespace, 0), lsn_value(lsn))
         return lsn

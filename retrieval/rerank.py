@@ -232,6 +232,19 @@ def lexical_overlap(query: str, docs: Mapping[int, str], n: int = 2) -> dict[int
     return {k: sum(w[g] for g in s) / denom for k, s in grams.items()}
 
 
+def lex_signal(query: str, texts: Mapping[int, str], preset: Preset) -> dict[int, float]:
+    """The preset's character n-gram signal per text (its first LEX_MAX_CHARS); {} when the
+    preset uses none."""
+    if preset.lex_weight <= 0 or not query or not texts:
+        return {}
+    return lexical_overlap(query, {k: v[:LEX_MAX_CHARS] for k, v in texts.items()}, preset.lex_n)
+
+
+def blend_lex(score: float, lex: float, preset: Preset) -> float:
+    """A fused score with the n-gram signal mixed in at the preset's weight."""
+    return (1 - preset.lex_weight) * score + preset.lex_weight * lex
+
+
 def recency_factor(created_at: datetime, now: datetime, *, half_life_days: float, weight: float) -> float:
     """1 - weight + weight * 0.5 ** (age / half-life): at most `weight` of a score decays away."""
     if weight <= 0:
@@ -393,11 +406,8 @@ def rerank(
     ordered = sorted(fused.values(), key=lambda x: (placed(x[0]) >= 0, x[2]), reverse=True)
     before = len(ordered)
     top = admit(ordered, per_source, preset, max(preset.rerank_top, limit))
-    lex: dict[int, float] = {}
-    if preset.lex_weight > 0 and query:
-        texts = {c.id: (expanded.chain_text.get(c.id) or (c.title or "") + c.content)[:LEX_MAX_CHARS]
-                 for c, _, _ in top}
-        lex = lexical_overlap(query, texts, preset.lex_n)
+    lex = lex_signal(query, {c.id: expanded.chain_text.get(c.id) or (c.title or "") + c.content
+                             for c, _, _ in top}, preset)
     scored: list[tuple[bool, ScoredResult, float, float]] = []
     for cand, signals, score in top:
         rec = recency_factor(cand.created_at, now, half_life_days=preset.recency_half_life_days, weight=preset.recency_weight)
@@ -406,7 +416,7 @@ def rerank(
         signals["fused"] = score
         if lex:
             signals["lex"] = lex[cand.id]
-            score = (1 - preset.lex_weight) * score + preset.lex_weight * lex[cand.id]
+            score = blend_lex(score, lex[cand.id], preset)
         signals["recency"] = rec
         if near > 0:  # on a fuzzy window's soft edge: the further out, the less it counts
             signals["near_window"] = 1.0 - (1.0 - NEAR_WINDOW_FLOOR) * near

@@ -24,7 +24,6 @@ from retrieval.api.schemas import (
 )
 from retrieval.errors import NotFound, StoreUnavailable
 from retrieval.ingest import MAX_ID_CHARS, ingest
-from retrieval.replicas import CONNECTION_ERRORS
 from retrieval.validation import check_id
 
 router = APIRouter(tags=["memories"])
@@ -62,8 +61,7 @@ async def add_memories(body: MemoriesIn, rt: RuntimeDep, scope: ScopeDep) -> dic
     m.INGESTED.labels("update").inc(rep.updated)
     # With replicas: the primary's WAL position after the write; this namespace's reads wait
     # for a replica that has replayed it (read-your-writes).
-    lsn = await rt.router.note_write(body.namespace) if rt.router.replicas else None
-    return {**rep.to_json(), "lsn": lsn}
+    return {**rep.to_json(), "lsn": await rt.router.note_write(body.namespace)}
 
 
 @router.get("/v1/memories/{memory_id}", response_model=MemoryOut, responses=NOT_FOUND)
@@ -72,14 +70,7 @@ async def get_memory(
 ) -> dict[str, Any]:
     """One memory, archived or not."""
     check_scope(scope, namespace)
-    pool, replica = rt.router.read_pool(namespace)
-    try:
-        row = await pool.fetchrow(q.GET_MEMORY, namespace, _path_id(memory_id))
-    except CONNECTION_ERRORS as exc:
-        if replica is None:
-            raise
-        rt.router.mark_failed(replica, exc)  # the replica died: the primary answers
-        row = await rt.pool.fetchrow(q.GET_MEMORY, namespace, _path_id(memory_id))
+    row = await rt.router.fetchrow(namespace, q.GET_MEMORY, namespace, _path_id(memory_id))
     if row is None:
         raise NotFound(f"no memory {memory_id!r} in namespace {namespace!r}")
     out = dict(row)
@@ -98,8 +89,7 @@ async def archive_memory(
                                   timeout=rt.settings.write_timeout_s)
     if got is None:
         raise NotFound(f"no memory {memory_id!r} in namespace {namespace!r}")
-    if rt.router.replicas:
-        await rt.router.note_write(namespace)
+    await rt.router.note_write(namespace)
     return {"id": memory_id, "namespace": namespace, "archived": True}
 
 
@@ -115,7 +105,6 @@ async def feedback(body: FeedbackIn, rt: RuntimeDep, scope: ScopeDep) -> dict[st
             raise NotFound(f"no memory {body.memory_id!r} in namespace {body.namespace!r}")
         await conn.execute(q.INSERT_FEEDBACK, uuid.UUID(body.run_id) if body.run_id else None,
                            body.namespace, body.memory_id, body.negative, body.comment, timeout=timeout)
-    if rt.router.replicas:
-        await rt.router.note_write(body.namespace)
+    await rt.router.note_write(body.namespace)
     m.FEEDBACK.labels("negative" if body.negative else "positive").inc()
     return {"id": body.memory_id, "namespace": body.namespace, "searchable": not body.negative}
