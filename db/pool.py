@@ -10,11 +10,13 @@ from pgvector.asyncpg import register_vector
 
 async def _init(conn: asyncpg.Connection) -> None:
     await register_vector(conn)
+    # Binary (a version byte, then the text), which COPY needs (db.bulk stages with COPY).
     await conn.set_type_codec(
         "jsonb",
-        encoder=lambda v: json.dumps(v, ensure_ascii=False),
-        decoder=json.loads,
+        encoder=lambda v: b"\x01" + json.dumps(v, ensure_ascii=False).encode(),
+        decoder=lambda b: json.loads(b[1:]),
         schema="pg_catalog",
+        format="binary",
     )
 
 

@@ -18,7 +18,7 @@ import random
 import subprocess
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlparse, urlunparse
@@ -26,7 +26,9 @@ from urllib.parse import urlparse, urlunparse
 import asyncpg
 import numpy as np
 
-from db.queries import GET_HARNESS_KEY, PUT_HARNESS_KEY
+from db import bulk
+from db.meta import GET_HARNESS_KEY, PUT_HARNESS_KEY
+from db.store import MemoryRow
 from retrieval.config import Settings
 from retrieval.models import RetrievalOptions
 
@@ -86,7 +88,8 @@ async def ensure_database(dsn: str) -> str:
 
 
 async def load(rt: Any, n: int, seed: int = 7) -> tuple[bool, float]:
-    """Load n synthetic memories into the bench namespace (reused when already there)."""
+    """Load n synthetic memories into the bench namespace (reused when already there), through
+    the bulk import's staging and publish (db.bulk), indexes rebuilt once at the end."""
     t0 = time.perf_counter()
     key = f"{DATA_VERSION}-{n}-{seed}"
     async with rt.pool.acquire() as conn:
@@ -95,31 +98,17 @@ async def load(rt: Any, n: int, seed: int = 7) -> tuple[bool, float]:
     frags = SUBJECTS + DETAILS
     frag_vecs = rt.embedder.embed_passages(frags)
     frag_terms = [rt.nlp.terms(f) for f in frags]
-    async with rt.pool.acquire() as conn:
-        lex = [r["l"] for r in await conn.fetch(
-            "SELECT tsvector_to_array(to_tsvector('simple', t)) AS l FROM unnest($1::text[]) WITH ORDINALITY x(t, i) ORDER BY i",
-            [" ".join(t) for t in frag_terms])]
     rng = np.random.default_rng(seed)
     prng = random.Random(seed)
     now = datetime.now(rt.analyzer.tz)
+    iid = f"bench-{key}"
     async with rt.pool.acquire() as conn:
-        # Index builds and bulk deletes at 1M take minutes; the pool's RESET on release undoes this.
+        # Deletes and index builds at 1M take minutes; the pool's RESET on release undoes this.
         await conn.execute("SET statement_timeout = 0")
-        # Postings first: through the foreign key they would go one memory at a time.
-        await conn.execute("DELETE FROM postings WHERE namespace = $1", NAMESPACE, timeout=3600)
         await conn.execute("DELETE FROM memories WHERE namespace = $1", NAMESPACE, timeout=3600)
-        await conn.execute("DELETE FROM term_df WHERE namespace = $1", NAMESPACE)
-        await conn.execute("DELETE FROM namespace_stats WHERE namespace = $1", NAMESPACE)
         await conn.execute("DELETE FROM harness_indexes WHERE namespace = $1", NAMESPACE)
-        # Bulk load: indexes are rebuilt once at the end (this database is the bench's own).
-        # (The postings trigger writes each batch's postings; their impact index is rebuilt too.)
-        for idx in ("idx_memories_embedding_hnsw", "idx_memories_content_trgm", "idx_postings_term_impact"):
-            await conn.execute(f"DROP INDEX IF EXISTS {idx}")
-        await conn.execute(
-            "CREATE TEMP TABLE IF NOT EXISTS bench_stage (external_id text, content text, memory_type text, "
-            "source_type text, embedding vector, search_tokens text, token_count int, created_at timestamptz, "
-            "term_tf text)"
-        )
+        await bulk.discard(conn, iid)
+        await bulk.begin(conn, iid, NAMESPACE)
         batch = 10_000
         for start in range(0, n, batch):
             rows = []
@@ -127,37 +116,17 @@ async def load(rt: Any, n: int, seed: int = 7) -> tuple[bool, float]:
                 a = prng.randrange(len(SUBJECTS))
                 b = len(SUBJECTS) + prng.randrange(len(DETAILS))
                 v = frag_vecs[a] * 0.8 + frag_vecs[b] * 0.2 + rng.normal(0, 0.02, frag_vecs.shape[1])
-                v = (v / np.linalg.norm(v)).astype(np.float32)
                 terms = frag_terms[a] + frag_terms[b]
-                tf = Counter(lex[a]) + Counter(lex[b])
                 created = now - timedelta(days=min(prng.expovariate(1 / 120), 729), minutes=prng.randrange(1440))
-                rows.append((f"b{i}", f"{frags[a]}。{frags[b]}", "episodic", "bench", v, " ".join(terms),
-                             len(terms), created, json.dumps(dict(tf), ensure_ascii=False)))
-            await conn.copy_records_to_table("bench_stage", records=rows)
-            await conn.execute(
-                "INSERT INTO memories (external_id, namespace, content, memory_type, source_type, embedding, "
-                "search_tokens, token_count, created_at, term_tf) SELECT external_id, $1, content, memory_type, "
-                "source_type, embedding, search_tokens, token_count, created_at, term_tf::jsonb FROM bench_stage",
-                NAMESPACE,
-            )
-            await conn.execute("TRUNCATE bench_stage")
-            logger.info("loaded %d/%d", min(n, start + batch), n)
-        # The HNSW graph of 1M x 384-d must fit in memory or the build slows ~10x (measured).
-        await conn.execute("SET maintenance_work_mem = '6GB'")
-        await conn.execute("SET max_parallel_maintenance_workers = 1")
-        # Index builds at 1M take many minutes: no statement timeout for them.
-        big = 4 * 3600
-        if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm')"):
-            await conn.execute("CREATE INDEX idx_memories_content_trgm ON memories USING gin (content gin_trgm_ops)",
-                               timeout=big)
-        await conn.execute("CREATE INDEX idx_postings_term_impact ON postings (namespace, term, impact DESC) "
-                           "INCLUDE (memory_id, tf, dl)", timeout=big)
-        await conn.execute("CREATE INDEX idx_memories_embedding_hnsw ON memories USING hnsw (embedding vector_cosine_ops)",
-                           timeout=big)
-        # term_df and namespace_stats were kept by the statistics triggers (migration 0004).
+                rows.append((i + 1, MemoryRow(
+                    external_id=f"b{i}", content=f"{frags[a]}。{frags[b]}", memory_type="episodic",
+                    source_type="bench", embedding=(v / np.linalg.norm(v)).astype(np.float32),
+                    search_tokens=" ".join(terms), token_count=len(terms), created_at=created,
+                )))  # fmt: skip
+            await bulk.stage(conn, iid, rows)
+            logger.info("staged %d/%d", min(n, start + batch), n)
+        await bulk.publish(conn, iid, NAMESPACE, rebuild=bulk.Rebuild.ALWAYS, timeout_s=4 * 3600)
         await conn.execute(PUT_HARNESS_KEY, NAMESPACE, key)
-        await conn.execute("VACUUM ANALYZE memories", timeout=big)
-        await conn.execute("VACUUM ANALYZE postings", timeout=big)
     return False, time.perf_counter() - t0
 
 

@@ -17,8 +17,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from db.bulk import Rebuild
 from retrieval.config import Settings
-from retrieval.errors import InvalidInput, RetrievalError
+from retrieval.errors import InvalidInput, RetrievalError, StoreError
+from retrieval.importer import PARALLEL_FROM
 from retrieval.models import Strategy
 from retrieval.validation import check_instant
 
@@ -64,11 +66,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("migrate", help="apply pending database migrations")
 
-    i = sub.add_parser("ingest", help="store memories from a JSONL file (all or nothing)")
+    i = sub.add_parser(
+        "ingest",
+        help="import memories from a JSONL file (all or nothing; an interrupted run resumes)",
+        description="Validate every line, analyse and embed in chunks (staged and committed, so "
+        "rerunning the same command resumes), then publish the whole file in one transaction.",
+    )
     i.add_argument("file", type=Path)
     i.add_argument("--namespace", default="default")
-    i.add_argument("--embeddings", type=Path, help="precomputed passage vectors (.npy, row i = line i)")
-    i.add_argument("--sample", action="store_true", help=argparse.SUPPRESS)
+    i.add_argument("--embeddings", type=Path, help="precomputed passage vectors (.npy, row i = item i)")
+    i.add_argument("--workers", type=_positive, default=None,
+                   help=f"processes analysing the text (default: one per core from {PARALLEL_FROM} items, else 1)")
+    i.add_argument("--rebuild-indexes", choices=[r.value for r in Rebuild], default=Rebuild.AUTO.value,
+                   help="drop and rebuild the vector, trigram and postings indexes around the publish "
+                   "(auto: when the file holds more memories than the table); while they "
+                   "are rebuilt the table is locked for every namespace")
 
     q = sub.add_parser("query", help="retrieve memories for a query")
     q.add_argument("text")
@@ -129,41 +141,42 @@ async def _cmd_migrate(settings: Settings) -> int:
     return 0
 
 
-# A file is one transaction; each of its statements may take this long.
+# A file is published in one transaction; each of its statements may take this long.
 INGEST_TIMEOUT_S = 6 * 3600.0
 
 
 async def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from retrieval.ingest import ingest, load_precomputed, read_jsonl
+    from retrieval.importer import import_file
 
+    # A file is published in one transaction, as long as it takes: no server-side deadline.
+    rt = await _open(settings.model_copy(update={"statement_timeout_ms": 0}))
     try:
-        items = read_jsonl(args.file)
+        with tqdm(unit="mem", disable=not sys.stderr.isatty(), file=sys.stderr) as bar:
+            rep = await import_file(rt, args.file, namespace=args.namespace, embeddings=args.embeddings,
+                                    workers=args.workers or 0, rebuild=Rebuild(args.rebuild_indexes),
+                                    progress=bar.update, timeout_s=INGEST_TIMEOUT_S)  # fmt: skip
     except InvalidInput as exc:
         for e in exc.errors[:20]:
-            print(f"{args.file}:{e.get('line')}: {e.get('field')}: {e.get('reason')}", file=sys.stderr)
+            where = f"{args.file}:{e['line']}" if "line" in e else str(args.file)
+            print(f"{where}: {e.get('field')}: {e.get('reason')}", file=sys.stderr)
         if len(exc.errors) > 20:
             print(f"... and {len(exc.errors) - 20} more", file=sys.stderr)
         print("retrieval: nothing was written", file=sys.stderr)
         return 2
     except OSError as exc:
         return _err(f"cannot read {args.file}: {exc.strerror}")
-    # A file is written in one transaction, as long as it takes: no server-side deadline.
-    rt = await _open(settings.model_copy(update={"statement_timeout_ms": 0}))
-    try:
-        vectors = load_precomputed(args.embeddings, items, rt.embedder) if args.embeddings else None
-        with tqdm(total=len(items), unit="mem", disable=len(items) < 64 or not sys.stderr.isatty(), file=sys.stderr) as bar:
-            # The pool's 60 s per-statement default would cut a large file's write half way.
-            rep = await ingest(rt.pool, rt.nlp, rt.embedder, items, namespace=args.namespace, vectors=vectors,
-                               batch_size=settings.embed_batch_size, progress=bar.update, timeout_s=INGEST_TIMEOUT_S)
     except TimeoutError:
-        return _err(f"the database did not finish the write within {INGEST_TIMEOUT_S:g} s; nothing was written")
+        return _err(f"the database did not finish the write within {INGEST_TIMEOUT_S:g} s; nothing was published "
+                    "(rerun the command to resume)")
     finally:
         await rt.close()
     rate = rep.received / rep.seconds if rep.seconds else 0.0
     print(f"ingested {rep.received} memories into {rep.namespace!r}: {rep.inserted} new, {rep.updated} updated, "
-          f"{rep.reembedded} embedded, {rep.seconds:.1f} s ({rate:.1f}/s)")
+          f"{rep.embedded} embedded, {rep.seconds:.1f} s ({rate:.1f}/s)"
+          + (f"; resumed after line {rep.resumed_from}" if rep.resumed_from else "")
+          + (f"; rebuilt {', '.join(rep.rebuilt)}" if rep.rebuilt else ""))
     return 0
 
 
@@ -295,9 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             from retrieval.bench import run_bench_cli
 
             return asyncio.run(run_bench_cli(settings, args))
-    except InvalidInput as exc:
-        return _err(str(exc))
-    except RetrievalError as exc:
+    except (RetrievalError, StoreError) as exc:
         return _err(str(exc))
     except KeyboardInterrupt:
         return 130

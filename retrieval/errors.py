@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+# The db layer's errors, re-exported: callers of the service catch them from here.
+from db.errors import EmbeddingModelMismatch, StoreError, WriteConflict
+
+__all__ = [
+    "EmbeddingModelMismatch", "Forbidden", "InvalidInput", "NotFound", "RetrievalError",
+    "StoreError", "StoreUnavailable", "Unauthorized", "WriteConflict", "EmbeddingError",
+]  # fmt: skip
+
 
 class RetrievalError(Exception):
     """Base of every error this package raises on purpose."""
@@ -18,10 +26,6 @@ class InvalidInput(RetrievalError):
         )
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         super().__init__(f"{where}{first.get('field', '')}: {first.get('reason', 'invalid')}{more}")
-
-
-class EmbeddingModelMismatch(RetrievalError):
-    """The store's vectors came from another embedding model or dimension."""
 
 
 class NotFound(RetrievalError):

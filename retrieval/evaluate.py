@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from db.queries import GET_HARNESS_KEY, HAS_MEMORIES, PUT_HARNESS_KEY
+from db.meta import GET_HARNESS_KEY, HAS_MEMORIES, PUT_HARNESS_KEY
 from retrieval.config import Settings
 from retrieval.errors import InvalidInput, RetrievalError
 from retrieval.ingest import ingest, load_precomputed, read_jsonl

@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import asyncpg
 import numpy as np
-from pgvector import Vector
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from db import store
+from db.store import MemoryRow
 from retrieval.embeddings import Embedder
-from retrieval.errors import InvalidInput, StoreUnavailable
+from retrieval.errors import InvalidInput
 from retrieval.nlp import JapaneseNLP, memory_entities, normalize_entity, terms_from_tokens
 from retrieval.validation import Instant, Metadata, SafeId, SafeStr
 
@@ -110,28 +110,40 @@ def parse_items(raw: Iterable[Any]) -> list[MemoryIn]:
     return items
 
 
+def json_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The non-blank lines of a file, with their 1-based numbers."""
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if line.strip():
+                yield lineno, line
+
+
+def parse_line(line: str, lineno: int) -> MemoryIn | list[dict[str, object]]:
+    """One JSONL line as a memory, or the errors that name its line and field."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return [{"line": lineno, "field": "(json)", "reason": f"invalid JSON: {exc.msg}"}]
+    if not isinstance(obj, dict):
+        return [{"line": lineno, "field": "(json)", "reason": "each line must be a JSON object"}]
+    try:
+        return MemoryIn.model_validate(obj)
+    except ValidationError as exc:
+        return _errors_of(exc, line=lineno)
+
+
 def read_jsonl(path: Path) -> list[MemoryIn]:
     """Parse and validate a JSONL file; raise InvalidInput naming each bad line (1-based)."""
     items: list[MemoryIn] = []
     errors: list[dict[str, object]] = []
     lines: list[int] = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                errors.append({"line": lineno, "field": "(json)", "reason": f"invalid JSON: {exc.msg}"})
-                continue
-            if not isinstance(obj, dict):
-                errors.append({"line": lineno, "field": "(json)", "reason": "each line must be a JSON object"})
-                continue
-            try:
-                items.append(MemoryIn.model_validate(obj))
-                lines.append(lineno)
-            except ValidationError as exc:
-                errors.extend(_errors_of(exc, line=lineno))
+    for lineno, line in json_lines(path):
+        got = parse_line(line, lineno)
+        if isinstance(got, list):
+            errors.extend(got)
+        else:
+            items.append(got)
+            lines.append(lineno)
     _check_duplicate_ids(items, errors, key="line", positions=lines)
     if errors:
         raise InvalidInput(errors)
@@ -171,8 +183,9 @@ def embedding_text(item: MemoryIn) -> str:
     return passage_text(item)[:EMBED_MAX_CHARS]
 
 
-def _digest(item: MemoryIn) -> str:
-    return hashlib.sha256(passage_text(item).encode("utf-8")).hexdigest()
+def unchanged(item: MemoryIn, stored: Any) -> bool:
+    """Whether a stored row (title, content) holds this item's text: its vector and terms stand."""
+    return stored is not None and (stored["title"], stored["content"]) == (item.title, item.content)
 
 
 @dataclass
@@ -197,68 +210,6 @@ class IngestReport:
         }
 
 
-# Returns the stored digest, tokens and vector of the given external ids (to skip re-embedding
-# unchanged text; read outside the write transaction, it decides nothing but what to embed).
-_EXISTING = """
-SELECT external_id,
-       encode(sha256(convert_to(coalesce(title || E'\\n', '') || content, 'UTF8')), 'hex') AS digest,
-       search_tokens, embedding,
-       ARRAY(SELECT e.entity FROM memory_entities e WHERE e.memory_id = memories.id) AS entities,
-       ARRAY(SELECT e.weight FROM memory_entities e WHERE e.memory_id = memories.id) AS entity_weights
-FROM memories WHERE namespace = $1 AND external_id = ANY($2::text[])"""
-
-# Serialises the writers of one namespace for the rest of the transaction. The BM25 statistics
-# triggers (migration 0004) lock term_df rows in term order within one trigger, but an upsert
-# fires two triggers (insert, then update) whose lock sets are not in one order between them.
-_LOCK_NAMESPACE = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7231904118))"
-
-
-
-def _upsert_sql(*, given_created_at: bool) -> str:
-    # An update keeps the stored created_at unless the item gives one; the items of a batch
-    # that give one and those that do not are written by the two forms of this statement.
-    created = "EXCLUDED.created_at" if given_created_at else "memories.created_at"
-    return f"""
-INSERT INTO memories (external_id, namespace, content, title, memory_type, source_type, metadata,
-                      embedding, search_tokens, token_count, created_at, expires_at, thread, term_tf)
-SELECT u.external_id, $1, u.content, u.title, u.memory_type, u.source_type, u.metadata,
-       u.embedding, u.search_tokens, u.token_count, coalesce(u.created_at, now()), u.expires_at, u.thread,
-       (SELECT coalesce(jsonb_object_agg(lexeme, array_length(positions, 1)), '{{}}'::jsonb)
-        FROM unnest(to_tsvector('simple', u.search_tokens)))
-FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[],
-            $8::vector[], $9::text[], $10::int[], $11::timestamptz[], $12::timestamptz[], $13::text[])
-     AS u(external_id, content, title, memory_type, source_type, metadata, embedding,
-          search_tokens, token_count, created_at, expires_at, thread)
-ORDER BY u.external_id
-ON CONFLICT (namespace, external_id) DO UPDATE SET
-    content = EXCLUDED.content, title = EXCLUDED.title, memory_type = EXCLUDED.memory_type,
-    source_type = EXCLUDED.source_type, metadata = EXCLUDED.metadata,
-    embedding = EXCLUDED.embedding, search_tokens = EXCLUDED.search_tokens,
-    token_count = EXCLUDED.token_count, term_tf = EXCLUDED.term_tf, created_at = {created},
-    expires_at = EXCLUDED.expires_at, thread = EXCLUDED.thread, is_archived = false, ingested_at = now()
-RETURNING id, external_id, (xmax = 0) AS inserted"""
-
-
-# Inserts or replaces a batch of memories in one statement, in id order (a stable lock order);
-# returns each external id and whether it was inserted (xmax = 0) rather than updated.
-_UPSERT = {given: _upsert_sql(given_created_at=given) for given in (True, False)}
-
-# Replace the entities of the memories just written ($2 ids, $3 entities, one row per pair).
-_DELETE_ENTITIES = "DELETE FROM memory_entities WHERE memory_id = ANY($1::bigint[])"
-_INSERT_ENTITIES = """
-INSERT INTO memory_entities (namespace, entity, memory_id, weight)
-SELECT $1, x.entity, x.id, x.weight FROM unnest($2::bigint[], $3::text[], $4::real[]) AS x(id, entity, weight)
-ON CONFLICT DO NOTHING"""
-# Replace the links the memories just written make ($2 from, $3 to, $4 label).
-_DELETE_LINKS = "DELETE FROM memory_links WHERE namespace = $1 AND from_external = ANY($2::text[])"
-_INSERT_LINKS = """
-INSERT INTO memory_links (namespace, from_external, to_external, label)
-SELECT $1, x.f, x.t, x.l FROM unnest($2::text[], $3::text[], $4::text[]) AS x(f, t, l) ON CONFLICT DO NOTHING"""
-
-# A write that lost a deadlock or a serialisation race is retried this many times.
-WRITE_ATTEMPTS = 4
-
-
 def check_precomputed(embedder: Embedder, items: list[MemoryIn], vectors: np.ndarray, rows: int = 3) -> None:
     """Refuse precomputed vectors that the configured model would not have produced."""
     if vectors.shape != (len(items), embedder.dim):
@@ -274,21 +225,100 @@ def check_precomputed(embedder: Embedder, items: list[MemoryIn], vectors: np.nda
             raise InvalidInput([{"field": "embeddings", "reason": f"row {i} does not match {embedder.name} (cosine {cos:.3f}); wrong file or model"}])
 
 
-def load_precomputed(path: Path, items: list[MemoryIn], embedder: Embedder) -> np.ndarray:
-    """Precomputed passage vectors for items (row i = item i), refused unless the shape, the
-    ids (a sibling FILE_ids.json, when present) and the configured model all agree."""
+def open_vectors(path: Path, ids: list[str | None], dim: int) -> np.ndarray:
+    """Precomputed passage vectors (memory-mapped; row i = item i), refused unless the shape
+    and the ids (a sibling FILE_ids.json, when present) agree."""
     try:
-        vecs = np.load(path)
+        vecs = np.load(path, mmap_mode="r")
     except (OSError, ValueError) as exc:
         raise InvalidInput([{"field": "embeddings", "reason": f"cannot read {path}: {exc}"}]) from exc
-    if vecs.ndim != 2 or vecs.shape[0] != len(items):
-        raise InvalidInput([{"field": "embeddings", "reason": f"{path} has shape {vecs.shape}, expected {len(items)} rows"}])
+    if vecs.ndim != 2 or vecs.shape != (len(ids), dim):
+        raise InvalidInput([{"field": "embeddings",
+                             "reason": f"{path} has shape {vecs.shape}, expected ({len(ids)}, {dim})"}])  # fmt: skip
     ids_path = path.with_name(path.stem + "_ids.json")
-    if ids_path.exists() and json.loads(ids_path.read_text()) != [it.id or "" for it in items]:
+    if ids_path.exists() and json.loads(ids_path.read_text()) != [x or "" for x in ids]:
         raise InvalidInput([{"field": "embeddings", "reason": f"{ids_path} does not list the corpus ids in order"}])
-    vecs = vecs.astype(np.float32)
+    return vecs
+
+
+def load_precomputed(path: Path, items: list[MemoryIn], embedder: Embedder) -> np.ndarray:
+    """Precomputed vectors for items, refused unless shape, ids and the configured model agree."""
+    vecs = np.asarray(open_vectors(path, [it.id for it in items], embedder.dim), dtype=np.float32)
     check_precomputed(embedder, items, vecs)
     return vecs
+
+
+# Terms and entities of one text: what tokenising a memory yields.
+Analysis = tuple[list[str], list[tuple[str, float]]]
+# Analyses a batch of texts (True where the item's entities are to be extracted).
+Analyser = Callable[[list[str], list[bool]], Awaitable[list[Analysis]]]
+
+
+def analyse_texts(nlp: JapaneseNLP, texts: list[str], want_entities: list[bool]) -> list[Analysis]:
+    """Index terms and (where wanted) entities of each text: the CPU-bound part of a write."""
+    out: list[Analysis] = []
+    for text, want in zip(texts, want_entities, strict=True):
+        toks = nlp.tokens(text)
+        out.append((terms_from_tokens(toks), memory_entities(text, toks) if want else []))
+    return out
+
+
+def in_threads(nlp: JapaneseNLP) -> Analyser:
+    """Analyse on the default executor, one text at a time (the event loop stays free)."""
+
+    async def run(texts: list[str], want: list[bool]) -> list[Analysis]:
+        loop = asyncio.get_running_loop()
+        return [
+            (await loop.run_in_executor(None, analyse_texts, nlp, [t], [w]))[0]
+            for t, w in zip(texts, want, strict=True)
+        ]
+
+    return run
+
+
+async def prepare_rows(
+    pool: asyncpg.Pool,
+    embedder: Embedder,
+    analyse: Analyser,
+    items: list[MemoryIn],
+    ids: list[str],
+    *,
+    namespace: str,
+    vectors: np.ndarray | None = None,
+    batch_size: int = 32,
+) -> tuple[list[MemoryRow], int]:
+    """The rows to write for items, and how many were (re)embedded: a stored memory whose text
+    is unchanged keeps its vector, terms and extracted entities."""
+    async with pool.acquire() as conn:
+        old = await store.existing(conn, namespace, ids)
+    kept = [old.get(x) if unchanged(it, old.get(x)) else None for it, x in zip(items, ids, strict=True)]
+    need = [i for i, k in enumerate(kept) if k is None]
+    texts = [passage_text(items[i]) for i in need]
+    fresh = dict(zip(need, await analyse(texts, [items[i].entities is None for i in need]), strict=True))
+    emb: list[Any] = [k["embedding"] if k is not None else None for k in kept]
+    if vectors is not None:
+        for i in need:
+            emb[i] = vectors[i].astype(np.float32)
+    else:
+        loop = asyncio.get_running_loop()
+        for start in range(0, len(need), batch_size):
+            batch = need[start : start + batch_size]
+            got = await loop.run_in_executor(None, embedder.embed_passages, [embedding_text(items[i]) for i in batch])
+            for j, i in enumerate(batch):
+                emb[i] = got[j]
+    rows = []
+    for i, it in enumerate(items):
+        k = kept[i]
+        terms, found = fresh[i] if k is None else (k["search_tokens"].split(), list(zip(k["entities"], k["entity_weights"], strict=True)))
+        given = [(normalize_entity(e), 1.0) for e in it.entities] if it.entities is not None else None
+        rows.append(MemoryRow(
+            external_id=ids[i], content=it.content, title=it.title, memory_type=it.memory_type,
+            source_type=it.source_type, metadata=it.metadata, embedding=emb[i],
+            search_tokens=" ".join(terms), token_count=len(terms), created_at=it.created_at,
+            expires_at=it.expires_at, thread=it.thread, entities=found if given is None else given,
+            links=[(ln.to, str(ln.label)) for ln in it.links],
+        ))  # fmt: skip
+    return rows, len(need)
 
 
 async def ingest(
@@ -300,76 +330,34 @@ async def ingest(
     namespace: str,
     vectors: np.ndarray | None = None,
     batch_size: int = 32,
-    progress: Callable[[int], None] | None = None,
     timeout_s: float | None = None,
 ) -> IngestReport:
-    """Store items idempotently (by id) in one transaction; nothing is written on any error.
-
-    The BM25 statistics follow from the rows the database really wrote (triggers, migration
-    0004), so concurrent writers of the same ids cannot count a change twice."""
+    """Store items idempotently (by id) in one transaction; nothing is written on any error."""
     t0 = time.perf_counter()
-    if not namespace or len(namespace) > 128:
-        raise InvalidInput([{"field": "namespace", "reason": "must be 1-128 characters"}])
+    check_namespace(namespace)
     ids = [it.id or uuid.uuid4().hex for it in items]
     dup = _first_duplicate(ids)
     if dup is not None:
         raise InvalidInput([{"index": dup, "field": "id", "reason": f"duplicate id {ids[dup]!r}"}])
-    async with pool.acquire() as conn:
-        existing = {r["external_id"]: r for r in await conn.fetch(_EXISTING, namespace, ids)}
-    digests = [_digest(it) for it in items]
-    need = [i for i, it in enumerate(items) if ids[i] not in existing or existing[ids[i]]["digest"] != digests[i]]
-
-    loop = asyncio.get_running_loop()
-    texts = [passage_text(it) for it in items]
-    token_lists: list[list[str]] = [[] for _ in items]
-    for i in range(len(items)):
-        old = existing.get(ids[i])
-        if old is not None and old["digest"] == digests[i]:
-            token_lists[i] = old["search_tokens"].split()
-    entities: list[list[tuple[str, float]]] = [
-        [(normalize_entity(e), 1.0) for e in it.entities] if it.entities is not None else [] for it in items
-    ]
-    for i in range(len(items)):
-        old = existing.get(ids[i])
-        if old is not None and old["digest"] == digests[i] and items[i].entities is None:
-            entities[i] = list(zip(old["entities"], old["entity_weights"], strict=True))
-    for i in need:
-        toks = await loop.run_in_executor(None, nlp.tokens, texts[i])
-        token_lists[i] = terms_from_tokens(toks)
-        if items[i].entities is None:
-            entities[i] = memory_entities(texts[i], toks)
-
-    emb: list[Any] = [existing[ids[i]]["embedding"] if ids[i] in existing else None for i in range(len(items))]
-    if vectors is not None:
-        for i in need:
-            emb[i] = vectors[i].astype(np.float32)
-        if progress:
-            progress(len(need))
-    else:
-        for start in range(0, len(need), batch_size):
-            batch = need[start : start + batch_size]
-            vecs = await loop.run_in_executor(
-                None, embedder.embed_passages, [texts[i][:EMBED_MAX_CHARS] for i in batch]
-            )
-            for j, i in enumerate(batch):
-                emb[i] = vecs[j]
-            if progress:
-                progress(len(batch))
-
-    groups = {
-        given: _columns(items, ids, emb, token_lists, given_created_at=given) for given in (True, False)
-    }
-    links = [(ids[i], ln.to, str(ln.label)) for i, it in enumerate(items) for ln in it.links]
-    inserted = await _write(pool, namespace, groups, dict(zip(ids, entities, strict=True)), links, timeout_s)
+    rows, embedded = await prepare_rows(
+        pool, embedder, in_threads(nlp), items, ids, namespace=namespace, vectors=vectors, batch_size=batch_size
+    )
+    inserted = await store.upsert(pool, namespace, rows, timeout_s=timeout_s)
     return IngestReport(
         namespace=namespace,
         received=len(items),
         inserted=inserted,
         updated=len(items) - inserted,
-        reembedded=len(need),
+        reembedded=embedded,
         ids=ids,
         seconds=time.perf_counter() - t0,
     )
+
+
+def check_namespace(namespace: str) -> None:
+    """A namespace is 1-128 characters."""
+    if not namespace or len(namespace) > 128:
+        raise InvalidInput([{"field": "namespace", "reason": "must be 1-128 characters"}])
 
 
 def _first_duplicate(ids: list[str]) -> int | None:
@@ -379,72 +367,3 @@ def _first_duplicate(ids: list[str]) -> int | None:
             return i
         seen.add(x)
     return None
-
-
-def _columns(
-    items: list[MemoryIn],
-    ids: list[str],
-    emb: list[Any],
-    token_lists: list[list[str]],
-    *,
-    given_created_at: bool,
-) -> list[list[Any]]:
-    """The upsert's array parameters ($2..$12) for the items that do (or do not) give created_at."""
-    pick = [i for i, it in enumerate(items) if (it.created_at is not None) == given_created_at]
-    return [
-        [ids[i] for i in pick],
-        [items[i].content for i in pick],
-        [items[i].title for i in pick],
-        [items[i].memory_type for i in pick],
-        [items[i].source_type for i in pick],
-        [items[i].metadata for i in pick],
-        [_vector(emb[i]) for i in pick],
-        [" ".join(token_lists[i]) for i in pick],
-        [len(token_lists[i]) for i in pick],
-        [items[i].created_at for i in pick],
-        [items[i].expires_at for i in pick],
-        [items[i].thread for i in pick],
-    ]
-
-
-def _vector(v: Any) -> Vector:
-    return v if isinstance(v, Vector) else Vector(np.asarray(v, dtype=np.float32))
-
-
-async def _write(
-    pool: asyncpg.Pool,
-    namespace: str,
-    groups: dict[bool, list[list[Any]]],
-    entities: dict[str, list[tuple[str, float]]],
-    links: list[tuple[str, str, str]],
-    timeout_s: float | None,
-) -> int:
-    """Run the upserts (memories, then their entities and links) in one transaction, retried
-    when it loses a deadlock; returns how many rows were inserted (the rest were updated)."""
-    for attempt in range(WRITE_ATTEMPTS):
-        try:
-            async with pool.acquire(timeout=timeout_s) as conn, conn.transaction():
-                await conn.execute(_LOCK_NAMESPACE, namespace, timeout=timeout_s)
-                inserted = 0
-                written: dict[str, int] = {}
-                for given, cols in groups.items():
-                    if cols[0]:
-                        rows = await conn.fetch(_UPSERT[given], namespace, *cols, timeout=timeout_s)
-                        inserted += sum(1 for r in rows if r["inserted"])
-                        written.update((r["external_id"], r["id"]) for r in rows)
-                pairs = [(written[x], e, w) for x, es in entities.items() for e, w in es]
-                await conn.execute(_DELETE_ENTITIES, list(written.values()), timeout=timeout_s)
-                if pairs:
-                    await conn.execute(_INSERT_ENTITIES, namespace, *map(list, zip(*pairs, strict=True)),
-                                       timeout=timeout_s)
-                await conn.execute(_DELETE_LINKS, namespace, list(written), timeout=timeout_s)
-                if links:
-                    await conn.execute(_INSERT_LINKS, namespace, *map(list, zip(*links, strict=True)),
-                                       timeout=timeout_s)
-                return inserted
-        except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as exc:
-            if attempt == WRITE_ATTEMPTS - 1:
-                raise StoreUnavailable(f"write lost {WRITE_ATTEMPTS} deadlocks in a row: {exc}") from exc
-            logger.warning("ingest into %r lost a deadlock; retrying (%d)", namespace, attempt + 1)
-            await asyncio.sleep(0.05 * 2**attempt)
-    raise AssertionError("unreachable")

@@ -10,8 +10,8 @@ import asyncpg
 
 from db import migrate as migrations
 from db.embedded import resolve_dsn
+from db.meta import TRIGRAM_READY, check_embedding_model
 from db.pool import create_pool
-from db.queries import TRIGRAM_READY, check_embedding_model
 from retrieval.analyzer import CueDictionary, QueryAnalyzer
 from retrieval.config import Settings, parse_replica_urls
 from retrieval.embeddings import Embedder, create_embedder

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from db import migrate as migrations
-from db.queries import check_embedding_model
+from db.meta import check_embedding_model
 from retrieval.errors import EmbeddingModelMismatch, InvalidInput
 from retrieval.ingest import check_precomputed, ingest, parse_items, read_jsonl
 from retrieval.models import RetrievalOptions, Strategy

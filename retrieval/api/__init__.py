@@ -31,8 +31,10 @@ from retrieval.errors import (
     InvalidInput,
     NotFound,
     RetrievalError,
+    StoreError,
     StoreUnavailable,
     Unauthorized,
+    WriteConflict,
 )
 from retrieval.models import Source, Strategy
 from retrieval.runtime import Runtime, open_runtime
@@ -55,12 +57,14 @@ STATUS: dict[type[BaseException], int] = {
     NotFound: 404,
     StoreUnavailable: 503,
     EmbeddingModelMismatch: 503,
+    WriteConflict: 503,
     EmbeddingError: 503,
     TimeoutError: 503,
     OSError: 503,
     asyncpg.InterfaceError: 503,
     asyncpg.PostgresConnectionError: 503,
     RetrievalError: 400,
+    StoreError: 503,
 }
 
 
@@ -109,7 +113,7 @@ async def _on_error(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"detail": _invalid_detail(exc)}, status_code=422)
     if status == 503:
         logger.warning("unavailable: %s: %s", type(exc).__name__, exc)
-        msg = str(exc) if isinstance(exc, RetrievalError) else "the database is unavailable"
+        msg = str(exc) if isinstance(exc, (RetrievalError, StoreError)) else "the database is unavailable"
         return JSONResponse({"detail": f"unavailable, retry later: {msg}"}, status_code=503,
                             headers={"Retry-After": str(RETRY_AFTER_S)})
     if status == 500:

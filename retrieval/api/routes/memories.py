@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 
-from db import queries as q
+from db import store as q
 from retrieval import metrics as m
 from retrieval.api.deps import RuntimeDep, ScopeDep, check_scope
 from retrieval.api.schemas import (

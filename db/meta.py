@@ -1,38 +1,16 @@
-"""SQL of the memory store shared by ingest, the API and the CLI ($n parameters only)."""
+"""The store's own facts: the embedding model it holds, whether pg_trgm is there, and which
+corpus the harness (eval, bench) indexed into a namespace."""
 
 from __future__ import annotations
 
 import asyncpg
 
-from retrieval.errors import EmbeddingModelMismatch
+from db.errors import EmbeddingModelMismatch
 
 # Returns the stored embedding model and dimension, if any.
 GET_META = "SELECT key, value FROM store_meta WHERE key IN ('embedding_model', 'embedding_dim')"
 # Records a meta value once (first start).
 PUT_META = "INSERT INTO store_meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING"
-
-# Returns one live or archived memory of a namespace by its external id.
-GET_MEMORY = """
-SELECT external_id, namespace, content, title, memory_type, source_type, metadata, created_at,
-       ingested_at, expires_at, is_archived, searchable
-FROM memories WHERE namespace = $1 AND external_id = $2"""
-
-# Archives a memory; returns its external id when it existed.
-ARCHIVE_MEMORY = """
-UPDATE memories SET is_archived = true WHERE namespace = $1 AND external_id = $2
-RETURNING external_id"""
-
-# Negative feedback: the memory leaves every future search; returns its external id.
-MARK_UNSEARCHABLE = """
-UPDATE memories SET searchable = false WHERE namespace = $1 AND external_id = $2
-RETURNING external_id"""
-
-# Returns a memory's external id when it exists (positive feedback changes nothing else).
-MEMORY_EXISTS = "SELECT external_id FROM memories WHERE namespace = $1 AND external_id = $2"
-
-# Records a feedback event.
-INSERT_FEEDBACK = """
-INSERT INTO feedback (run_id, namespace, external_id, negative, comment) VALUES ($1, $2, $3, $4, $5)"""
 
 # Returns the cache key the harness (eval, bench) recorded for a namespace (NULL = not its own).
 GET_HARNESS_KEY = "SELECT cache_key FROM harness_indexes WHERE namespace = $1"

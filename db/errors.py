@@ -1,0 +1,19 @@
+"""Errors of the PostgreSQL layer (the service maps them to its own statuses)."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base of every error the db layer raises on purpose."""
+
+
+class EmbeddingModelMismatch(StoreError):
+    """The store's vectors came from another embedding model or dimension."""
+
+
+class WriteConflict(StoreError):
+    """A write kept losing deadlocks or serialisation races; nothing was written."""
+
+
+class ImportMismatch(StoreError):
+    """A staged import does not match the file or namespace it is resumed with."""

@@ -1,0 +1,219 @@
+"""Memory rows in and out: reads by id, the idempotent upsert (with entities and links) and
+feedback. The BM25 statistics (`namespace_stats`, `term_df`, `postings`) follow from the rows
+PostgreSQL really wrote, through the statement triggers of migrations 0002 and 0004; writers of
+one namespace are serialised by an advisory lock, so concurrent upserts of the same ids cannot
+count a change twice."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import numpy as np
+from pgvector import Vector
+
+from db.errors import WriteConflict
+
+logger = logging.getLogger(__name__)
+
+# Returns one live or archived memory of a namespace by its external id.
+GET_MEMORY = """
+SELECT external_id, namespace, content, title, memory_type, source_type, metadata, created_at,
+       ingested_at, expires_at, is_archived, searchable
+FROM memories WHERE namespace = $1 AND external_id = $2"""
+
+# Archives a memory; returns its external id when it existed.
+ARCHIVE_MEMORY = """
+UPDATE memories SET is_archived = true WHERE namespace = $1 AND external_id = $2
+RETURNING external_id"""
+
+# Negative feedback: the memory leaves every future search; returns its external id.
+MARK_UNSEARCHABLE = """
+UPDATE memories SET searchable = false WHERE namespace = $1 AND external_id = $2
+RETURNING external_id"""
+
+# Returns a memory's external id when it exists (positive feedback changes nothing else).
+MEMORY_EXISTS = "SELECT external_id FROM memories WHERE namespace = $1 AND external_id = $2"
+
+# Records a feedback event.
+INSERT_FEEDBACK = """
+INSERT INTO feedback (run_id, namespace, external_id, negative, comment)
+VALUES ($1, $2, $3, $4, $5)"""
+
+# Returns the stored text, tokens, vector and entities of the given external ids (to skip
+# re-embedding unchanged text; read outside the write transaction, it decides only what to embed).
+GET_EXISTING = """
+SELECT external_id, title, content, search_tokens, embedding,
+       ARRAY(SELECT e.entity FROM memory_entities e WHERE e.memory_id = memories.id) AS entities,
+       ARRAY(SELECT e.weight FROM memory_entities e WHERE e.memory_id = memories.id)
+           AS entity_weights
+FROM memories WHERE namespace = $1 AND external_id = ANY($2::text[])"""
+
+# Serialises the writers of one namespace for the rest of the transaction. The statistics
+# triggers lock term_df rows in term order within one trigger, but an upsert fires two
+# triggers (insert, then update) whose lock sets are not in one order between them.
+LOCK_NAMESPACE = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7231904118))"
+
+# The columns a memory row writes, in the order of MemoryRow.columns().
+COLUMNS = (
+    "external_id", "content", "title", "memory_type", "source_type", "metadata", "embedding",
+    "search_tokens", "token_count", "created_at", "expires_at", "thread",
+)  # fmt: skip
+_TYPES = (
+    "text", "text", "text", "text", "text", "jsonb", "vector", "text", "int", "timestamptz",
+    "timestamptz", "text",
+)  # fmt: skip
+
+# Rows given as arrays ($2..$13), one array per column.
+ARRAY_SOURCE = (
+    "unnest("
+    + ", ".join(f"${i + 2}::{t}[]" for i, t in enumerate(_TYPES))
+    + ") AS u("
+    + ", ".join(COLUMNS)
+    + ")"
+)
+
+
+def upsert_sql(source: str, *, given_created_at: bool) -> str:
+    """Insert or replace the rows of `source` (aliased `u`, columns COLUMNS) into namespace $1,
+    in id order (a stable lock order). An update keeps the stored created_at unless the row
+    gives one; rows that give one and rows that do not are written by the two forms."""
+    created = "EXCLUDED.created_at" if given_created_at else "memories.created_at"
+    return f"""
+INSERT INTO memories (external_id, namespace, content, title, memory_type, source_type, metadata,
+                      embedding, search_tokens, token_count, created_at, expires_at, thread,
+                      term_tf)
+SELECT u.external_id, $1, u.content, u.title, u.memory_type, u.source_type, u.metadata,
+       u.embedding, u.search_tokens, u.token_count, coalesce(u.created_at, now()), u.expires_at,
+       u.thread,
+       (SELECT coalesce(jsonb_object_agg(lexeme, array_length(positions, 1)), '{{}}'::jsonb)
+        FROM unnest(to_tsvector('simple', u.search_tokens)))
+FROM {source}
+ORDER BY u.external_id
+ON CONFLICT (namespace, external_id) DO UPDATE SET
+    content = EXCLUDED.content, title = EXCLUDED.title, memory_type = EXCLUDED.memory_type,
+    source_type = EXCLUDED.source_type, metadata = EXCLUDED.metadata,
+    embedding = EXCLUDED.embedding, search_tokens = EXCLUDED.search_tokens,
+    token_count = EXCLUDED.token_count, term_tf = EXCLUDED.term_tf, created_at = {created},
+    expires_at = EXCLUDED.expires_at, thread = EXCLUDED.thread, is_archived = false,
+    ingested_at = now()
+RETURNING id, external_id, (xmax = 0) AS inserted"""
+
+
+_UPSERT = {
+    given: upsert_sql(
+        f"(SELECT * FROM {ARRAY_SOURCE} WHERE (u.created_at IS NOT NULL) = {given}) AS u",
+        given_created_at=given,
+    )
+    for given in (True, False)
+}
+
+# Replace the entities of the memories just written ($2 ids, $3 entities, $4 weights).
+DELETE_ENTITIES = "DELETE FROM memory_entities WHERE memory_id = ANY($1::bigint[])"
+_INSERT_ENTITIES = """
+INSERT INTO memory_entities (namespace, entity, memory_id, weight)
+SELECT $1, x.entity, x.id, x.weight
+FROM unnest($2::bigint[], $3::text[], $4::real[]) AS x(id, entity, weight)
+ON CONFLICT DO NOTHING"""
+# Replace the links the memories just written make ($2 from, $3 to, $4 label).
+DELETE_LINKS = """
+DELETE FROM memory_links WHERE namespace = $1 AND from_external = ANY($2::text[])"""
+_INSERT_LINKS = """
+INSERT INTO memory_links (namespace, from_external, to_external, label)
+SELECT $1, x.f, x.t, x.l FROM unnest($2::text[], $3::text[], $4::text[]) AS x(f, t, l)
+ON CONFLICT DO NOTHING"""
+
+# A write that lost a deadlock or a serialisation race is retried this many times.
+WRITE_ATTEMPTS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRow:
+    """One memory as stored: text, its index terms, its vector, its names and links."""
+
+    external_id: str
+    content: str
+    embedding: Any  # float32 vector (numpy array or pgvector Vector)
+    search_tokens: str  # index terms joined by spaces
+    token_count: int
+    title: str | None = None
+    memory_type: str = "semantic"
+    source_type: str = "unknown"
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime | None = None
+    expires_at: datetime | None = None
+    thread: str | None = None
+    entities: Sequence[tuple[str, float]] = ()  # (normalised name, weight)
+    links: Sequence[tuple[str, str]] = ()  # (to external id, label)
+
+    def columns(self) -> tuple[Any, ...]:
+        """The values of COLUMNS for this row."""
+        return (
+            self.external_id, self.content, self.title, self.memory_type, self.source_type,
+            self.metadata, as_vector(self.embedding), self.search_tokens, self.token_count,
+            self.created_at, self.expires_at, self.thread,
+        )  # fmt: skip
+
+
+def as_vector(v: Any) -> Vector:
+    """A pgvector value from a numpy array, a list or a Vector."""
+    return v if isinstance(v, Vector) else Vector(np.asarray(v, dtype=np.float32))
+
+
+async def existing(conn: asyncpg.Connection, namespace: str, ids: list[str]) -> dict[str, Any]:
+    """The stored text, tokens, vector and entities of those ids, by external id."""
+    return {r["external_id"]: r for r in await conn.fetch(GET_EXISTING, namespace, ids)}
+
+
+async def upsert(
+    pool: asyncpg.Pool, namespace: str, rows: Sequence[MemoryRow], *, timeout_s: float | None
+) -> int:
+    """Write rows (and replace their entities and links) in one transaction, retried when it
+    loses a deadlock; returns how many rows were inserted (the rest were updated)."""
+    if not rows:
+        return 0
+    for attempt in range(WRITE_ATTEMPTS):
+        try:
+            async with pool.acquire(timeout=timeout_s) as conn, conn.transaction():
+                return await _upsert_once(conn, namespace, rows, timeout_s)
+        except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as exc:
+            if attempt == WRITE_ATTEMPTS - 1:
+                raise WriteConflict(
+                    f"write lost {WRITE_ATTEMPTS} deadlocks in a row: {exc}"
+                ) from exc
+            logger.warning("write into %r lost a deadlock; retrying (%d)", namespace, attempt + 1)
+            await asyncio.sleep(0.05 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+async def _upsert_once(
+    conn: asyncpg.Connection, namespace: str, rows: Sequence[MemoryRow], timeout_s: float | None
+) -> int:
+    await conn.execute(LOCK_NAMESPACE, namespace, timeout=timeout_s)
+    arrays = [list(col) for col in zip(*(r.columns() for r in rows), strict=True)]
+    inserted = 0
+    written: dict[str, int] = {}
+    for given in (True, False):
+        if not any((r.created_at is not None) == given for r in rows):
+            continue
+        got = await conn.fetch(_UPSERT[given], namespace, *arrays, timeout=timeout_s)
+        inserted += sum(1 for r in got if r["inserted"])
+        written.update((r["external_id"], r["id"]) for r in got)
+    entities = [(written[r.external_id], e, w) for r in rows for e, w in r.entities]
+    await conn.execute(DELETE_ENTITIES, list(written.values()), timeout=timeout_s)
+    if entities:
+        await conn.execute(_INSERT_ENTITIES, namespace, *_transpose(entities), timeout=timeout_s)
+    links = [(r.external_id, to, label) for r in rows for to, label in r.links]
+    await conn.execute(DELETE_LINKS, namespace, list(written), timeout=timeout_s)
+    if links:
+        await conn.execute(_INSERT_LINKS, namespace, *_transpose(links), timeout=timeout_s)
+    return inserted
+
+
+def _transpose(pairs: list[tuple[Any, ...]]) -> list[list[Any]]:
+    return [list(col) for col in zip(*pairs, strict=True)]

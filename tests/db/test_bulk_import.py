@@ -1,0 +1,153 @@
+"""Bulk import (`retrieval ingest FILE`): staged, resumable, published all or nothing."""
+
+import json
+
+import numpy as np
+import pytest
+
+from db import bulk
+from retrieval import importer
+from retrieval.errors import InvalidInput
+from retrieval.models import RetrievalOptions
+
+LINES = [
+    {"id": "p1", "content": "プロジェクト「アオバ」の締め切りは3月末に決まった", "thread": "t1"},
+    {"id": "p2", "content": "アオバの予算は二百万円", "links": [{"to": "p1", "label": "reply_to"}]},
+    {"content": "ジムで筋トレをした", "created_at": "2025-06-01T09:00:00+09:00"},
+    {"id": "p4", "content": "Resonant Engineの設計レビュー", "entities": ["Resonant Engine"]},
+    {"id": "p5", "content": "カレーを作った。辛さは中辛。"},
+]
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+
+
+async def _count(rt, sql, *args):
+    async with rt.pool.acquire() as conn:
+        return await conn.fetchval(sql, *args)
+
+
+async def _statistics_match_a_recount(rt, ns):
+    """term_df and namespace_stats equal what the stored rows say (the triggers kept them)."""
+    async with rt.pool.acquire() as conn:
+        bad = await conn.fetchval(
+            """SELECT count(*) FROM (
+                 SELECT t.term, count(*) AS df FROM memories m
+                 CROSS JOIN LATERAL jsonb_object_keys(m.term_tf) AS t(term)
+                 WHERE m.namespace = $1 GROUP BY t.term) r
+               FULL JOIN (SELECT term, df FROM term_df WHERE namespace = $1 AND df <> 0) d
+                 USING (term) WHERE r.df IS DISTINCT FROM d.df""",
+            ns,
+        )
+        docs = await conn.fetchval("SELECT doc_count FROM namespace_stats WHERE namespace = $1", ns)
+        rows = await conn.fetchval("SELECT count(*) FROM memories WHERE namespace = $1", ns)
+        postings_of_gone = await conn.fetchval(
+            "SELECT count(*) FROM postings p WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = p.memory_id)"
+        )
+    assert bad == 0 and docs == rows and postings_of_gone == 0
+
+
+async def test_import_stores_rows_entities_links_and_is_idempotent(rt, ns, tmp_path):
+    f = tmp_path / "m.jsonl"
+    _write(f, LINES)
+    rep = await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER)
+    assert (rep.received, rep.inserted, rep.updated, rep.embedded) == (5, 5, 0, 5)
+    assert await _count(rt, "SELECT count(*) FROM memory_links WHERE namespace = $1", ns) == 1
+    assert await _count(rt, "SELECT count(*) FROM memory_entities WHERE namespace = $1 AND entity = 'resonant engine'", ns) == 1
+    assert await _count(rt, "SELECT count(*) FROM memory_entities WHERE namespace = $1 AND entity = 'アオバ'", ns) == 2
+    assert await _count(rt, "SELECT count(*) FROM import_rows") == 0  # staging is gone
+    await _statistics_match_a_recount(rt, ns)
+    resp = await rt.orchestrator.retrieve("カレーの辛さ", RetrievalOptions(namespace=ns, limit=3))
+    assert resp.results[0].id == "p5"
+
+    again = await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER)
+    assert (again.inserted, again.updated, again.embedded) == (0, 5, 0)  # unchanged text keeps its vector
+    assert await _count(rt, "SELECT count(*) FROM memories WHERE namespace = $1", ns) == 5
+    await _statistics_match_a_recount(rt, ns)
+
+
+async def test_an_interrupted_import_shows_nothing_and_resumes(rt, ns, tmp_path, monkeypatch):
+    monkeypatch.setattr(importer, "CHUNK", 2)
+    f = tmp_path / "m.jsonl"
+    _write(f, LINES)
+    staged: list[int] = []
+
+    class Interrupted(Exception):
+        pass
+
+    def stop_after_first_chunk(n: int) -> None:
+        staged.append(n)
+        raise Interrupted
+
+    with pytest.raises(Interrupted):
+        await importer.import_file(rt, f, namespace=ns, workers=1, progress=stop_after_first_chunk)
+    assert staged == [2]
+    assert await _count(rt, "SELECT count(*) FROM memories WHERE namespace = $1", ns) == 0
+    rep = await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER)
+    assert rep.resumed_from == 2 and rep.embedded == 3  # lines 1-2 were not analysed again
+    assert (rep.received, rep.inserted) == (5, 5)
+    await _statistics_match_a_recount(rt, ns)
+
+
+async def test_a_bad_line_writes_nothing(rt, ns, tmp_path):
+    f = tmp_path / "bad.jsonl"
+    f.write_text(json.dumps(LINES[0], ensure_ascii=False) + "\n{oops\n" + json.dumps({"id": "p1", "content": "x"}) + "\n")
+    with pytest.raises(InvalidInput) as err:
+        await importer.import_file(rt, f, namespace=ns, workers=1)
+    assert {(e["line"], e["field"]) for e in err.value.errors} == {(2, "(json)"), (3, "id")}
+    assert await _count(rt, "SELECT count(*) FROM memories WHERE namespace = $1", ns) == 0
+    assert await _count(rt, "SELECT count(*) FROM imports WHERE namespace = $1", ns) == 0
+
+
+async def test_vectors_are_checked_against_the_file(rt, ns, tmp_path):
+    f = tmp_path / "m.jsonl"
+    _write(f, LINES)
+    v = tmp_path / "v.npy"
+    np.save(v, np.zeros((4, 384), np.float32))
+    with pytest.raises(InvalidInput, match="expected \\(5, 384\\)"):
+        await importer.import_file(rt, f, namespace=ns, embeddings=v, workers=1)
+    np.save(v, np.zeros((5, 384), np.float32))
+    with pytest.raises(InvalidInput, match="does not match"):
+        await importer.import_file(rt, f, namespace=ns, embeddings=v, workers=1)
+    assert await _count(rt, "SELECT count(*) FROM memories WHERE namespace = $1", ns) == 0
+
+
+async def test_rebuild_drops_and_rebuilds_the_deferred_indexes(rt, ns, tmp_path):
+    f = tmp_path / "m.jsonl"
+    _write(f, LINES[:2])
+    before = await _count(rt, "SELECT count(*) FROM pg_indexes WHERE indexname = ANY($1::text[])", list(bulk.DEFERRED_INDEXES))
+    rep = await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.ALWAYS)
+    assert len(rep.rebuilt) == before > 0
+    assert await _count(rt, "SELECT count(*) FROM pg_indexes WHERE indexname = ANY($1::text[])", list(bulk.DEFERRED_INDEXES)) == before
+    resp = await rt.orchestrator.retrieve("アオバの締め切り", RetrievalOptions(namespace=ns, limit=3))
+    assert {r.id for r in resp.results} == {"p1", "p2"} and not resp.metadata.degraded
+
+
+async def test_worker_processes_give_the_same_terms(rt, ns, tmp_path):
+    f = tmp_path / "m.jsonl"
+    _write(f, LINES)
+    await importer.import_file(rt, f, namespace=ns, workers=2, rebuild=bulk.Rebuild.NEVER)
+    async with rt.pool.acquire() as conn:
+        rows = await conn.fetch("SELECT content, title, search_tokens FROM memories WHERE namespace = $1", ns)
+    for r in rows:
+        assert r["search_tokens"].split() == rt.nlp.terms(r["content"])
+
+
+def test_maintenance_memory_grows_with_rows_within_bounds():
+    assert bulk.maintenance_mem(10) == "64MB"
+    assert bulk.maintenance_mem(1_000_000) == "6000MB"
+    assert bulk.maintenance_mem(10**9) == "8192MB"
+
+
+async def test_deleting_memories_takes_their_postings_and_entities(rt, ns, tmp_path):
+    f = tmp_path / "m.jsonl"
+    _write(f, LINES)
+    await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER)
+    async with rt.pool.acquire() as conn:
+        ids = [r["id"] for r in await conn.fetch("SELECT id FROM memories WHERE namespace = $1", ns)]
+        assert await conn.fetchval("SELECT count(*) FROM postings WHERE memory_id = ANY($1::bigint[])", ids) > 0
+        await conn.execute("DELETE FROM memories WHERE namespace = $1", ns)
+        assert await conn.fetchval("SELECT count(*) FROM postings WHERE memory_id = ANY($1::bigint[])", ids) == 0
+        assert await conn.fetchval("SELECT count(*) FROM memory_entities WHERE memory_id = ANY($1::bigint[])", ids) == 0
+        assert await conn.fetchval("SELECT doc_count FROM namespace_stats WHERE namespace = $1", ns) == 0
