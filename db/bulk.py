@@ -20,7 +20,11 @@ logger = logging.getLogger(__name__)
 
 # Built once after the rows are in rather than grown with them (bulk builds are several times
 # faster; the rows' other indexes are needed by the upsert itself).
-DEFERRED_INDEXES = ("idx_memories_embedding_hnsw", "idx_memories_content_trgm", "idx_postings_term_impact")
+DEFERRED_INDEXES = (
+    "idx_memories_embedding_hnsw",
+    "idx_memories_content_trgm",
+    "idx_postings_term_impact",
+)
 
 # A staged import not published within this many days is dropped by the next import.
 STALE_DAYS = 7
@@ -100,11 +104,18 @@ async def stage(
 ) -> None:
     """COPY one chunk of (line, row) into the staging table (its own commit)."""
     records = [
-        (import_id, seq, *r.columns()[:6], as_vector(r.embedding), *r.columns()[7:],
-         [e for e, _ in r.entities], [w for _, w in r.entities],
-         [list(x) for x in r.links])
+        (
+            import_id,
+            seq,
+            *r.columns()[:6],
+            as_vector(r.embedding),
+            *r.columns()[7:],
+            [e for e, _ in r.entities],
+            [w for _, w in r.entities],
+            [list(x) for x in r.links],
+        )
         for seq, r in rows
-    ]  # fmt: skip
+    ]
     await conn.copy_records_to_table("import_rows", records=records, columns=_STAGE_COLUMNS)
 
 

@@ -82,9 +82,24 @@ def make_standby(primary_dir: Path, standby_dir: Path, timeout_s: float = 120.0)
         os.chown(standby_dir, entry.pw_uid, entry.pw_gid)
         user = "pgserver"
     subprocess.run(
-        [str(POSTGRES_BIN_PATH / "pg_basebackup"), "-D", str(standby_dir), "-R", "-X", "stream", "-c", "fast",
-         "-h", socket_dir, "-U", "postgres"],
-        check=True, capture_output=True, timeout=timeout_s, user=user,
+        [
+            str(POSTGRES_BIN_PATH / "pg_basebackup"),
+            "-D",
+            str(standby_dir),
+            "-R",
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+            "-h",
+            socket_dir,
+            "-U",
+            "postgres",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=timeout_s,
+        user=user,
     )
     # Copied from the primary's directory, they would say its postmaster owns this one's socket.
     for stale in (*standby_dir.glob(".s.PGSQL.*"), standby_dir / ".handle_pids.json"):

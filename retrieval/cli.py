@@ -62,7 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--workers", type=_positive, default=1)
-    s.add_argument("--sample", action="store_true", help="load the packaged sample memories into namespace 'default' first")
+    s.add_argument(
+        "--sample",
+        action="store_true",
+        help="load the packaged sample memories into namespace 'default' first",
+    )
 
     sub.add_parser("migrate", help="apply pending database migrations")
 
@@ -74,13 +78,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     i.add_argument("file", type=Path)
     i.add_argument("--namespace", default="default")
-    i.add_argument("--embeddings", type=Path, help="precomputed passage vectors (.npy, row i = item i)")
-    i.add_argument("--workers", type=_positive, default=None,
-                   help=f"processes analysing the text (default: one per core from {PARALLEL_FROM} items, else 1)")
-    i.add_argument("--rebuild-indexes", choices=[r.value for r in Rebuild], default=Rebuild.AUTO.value,
-                   help="drop and rebuild the vector, trigram and postings indexes around the publish "
-                   "(auto: when the file holds more memories than the table); while they "
-                   "are rebuilt the table is locked for every namespace")
+    i.add_argument(
+        "--embeddings", type=Path, help="precomputed passage vectors (.npy, row i = item i)"
+    )
+    i.add_argument(
+        "--workers",
+        type=_positive,
+        default=None,
+        help=f"processes analysing the text (default: one per core from {PARALLEL_FROM} items, else 1)",
+    )
+    i.add_argument(
+        "--rebuild-indexes",
+        choices=[r.value for r in Rebuild],
+        default=Rebuild.AUTO.value,
+        help="drop and rebuild the vector, trigram and postings indexes around the publish "
+        "(auto: when the file holds more memories than the table); while they "
+        "are rebuilt the table is locked for every namespace",
+    )
 
     q = sub.add_parser("query", help="retrieve memories for a query")
     q.add_argument("text")
@@ -95,7 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--now", type=_iso)
     a.add_argument("--json", action="store_true")
 
-    e = sub.add_parser("eval", help="measure retrieval quality (MRR, hit@k, nDCG) on a labelled set")
+    e = sub.add_parser(
+        "eval", help="measure retrieval quality (MRR, hit@k, nDCG) on a labelled set"
+    )
     e.add_argument("--corpus", type=Path, required=True)
     e.add_argument("--queries", type=Path, required=True)
     e.add_argument("--qrels", type=Path, required=True)
@@ -103,17 +119,26 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--limit", type=_positive, default=100)
     e.add_argument("--embeddings", type=Path, help="precomputed corpus vectors (.npy)")
     e.add_argument("--namespace", help="namespace to index into (default: derived from the corpus)")
-    e.add_argument("--force", action="store_true",
-                   help="index into --namespace even if it holds memories eval did not put there (they are deleted)")
+    e.add_argument(
+        "--force",
+        action="store_true",
+        help="index into --namespace even if it holds memories eval did not put there (they are deleted)",
+    )
     e.add_argument("--max-queries", type=_positive, help="evaluate only the first N queries")
-    e.add_argument("--no-expand", action="store_true", help="turn multi-hop expansion off (options.expand=false)")
+    e.add_argument(
+        "--no-expand",
+        action="store_true",
+        help="turn multi-hop expansion off (options.expand=false)",
+    )
     e.add_argument("--json", action="store_true")
 
     b = sub.add_parser("bench", help="latency per stage and over HTTP at N memories")
     b.add_argument("--memories", type=_positive, default=10_000)
     b.add_argument("--queries", type=_positive, default=200)
     b.add_argument("--concurrency", type=_positive, default=4)
-    b.add_argument("--corpus", type=Path, help="use this JSONL corpus instead of synthetic memories")
+    b.add_argument(
+        "--corpus", type=Path, help="use this JSONL corpus instead of synthetic memories"
+    )
     b.add_argument("--embeddings", type=Path, help="precomputed vectors for --corpus")
     b.add_argument("--no-http", action="store_true", help="skip the HTTP part")
     b.add_argument("--json", action="store_true")
@@ -137,7 +162,10 @@ async def _cmd_migrate(settings: Settings) -> int:
 
     dsn = await asyncio.to_thread(resolve_dsn, settings.database_url, settings.data_dir)
     applied = await migrate_database(dsn, settings.embedding_dim)
-    print(f"applied {len(applied)} migration(s)" + (f": {applied}" if applied else "; database is up to date"))
+    print(
+        f"applied {len(applied)} migration(s)"
+        + (f": {applied}" if applied else "; database is up to date")
+    )
     return 0
 
 
@@ -154,9 +182,16 @@ async def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     rt = await _open(settings.model_copy(update={"statement_timeout_ms": 0}))
     try:
         with tqdm(unit="mem", disable=not sys.stderr.isatty(), file=sys.stderr) as bar:
-            rep = await import_file(rt, args.file, namespace=args.namespace, embeddings=args.embeddings,
-                                    workers=args.workers or 0, rebuild=Rebuild(args.rebuild_indexes),
-                                    progress=bar.update, timeout_s=INGEST_TIMEOUT_S)  # fmt: skip
+            rep = await import_file(
+                rt,
+                args.file,
+                namespace=args.namespace,
+                embeddings=args.embeddings,
+                workers=args.workers or 0,
+                rebuild=Rebuild(args.rebuild_indexes),
+                progress=bar.update,
+                timeout_s=INGEST_TIMEOUT_S,
+            )
     except InvalidInput as exc:
         for e in exc.errors[:20]:
             where = f"{args.file}:{e['line']}" if "line" in e else str(args.file)
@@ -168,23 +203,29 @@ async def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     except OSError as exc:
         return _err(f"cannot read {args.file}: {exc.strerror}")
     except TimeoutError:
-        return _err(f"the database did not finish the write within {INGEST_TIMEOUT_S:g} s; nothing was published "
-                    "(rerun the command to resume)")
+        return _err(
+            f"the database did not finish the write within {INGEST_TIMEOUT_S:g} s; nothing was published "
+            "(rerun the command to resume)"
+        )
     finally:
         await rt.close()
     rate = rep.received / rep.seconds if rep.seconds else 0.0
-    print(f"ingested {rep.received} memories into {rep.namespace!r}: {rep.inserted} new, {rep.updated} updated, "
-          f"{rep.embedded} embedded, {rep.seconds:.1f} s ({rate:.1f}/s)"
-          + (f"; resumed after line {rep.resumed_from}" if rep.resumed_from else "")
-          + (f"; rebuilt {', '.join(rep.rebuilt)}" if rep.rebuilt else ""))
+    print(
+        f"ingested {rep.received} memories into {rep.namespace!r}: {rep.inserted} new, {rep.updated} updated, "
+        f"{rep.embedded} embedded, {rep.seconds:.1f} s ({rate:.1f}/s)"
+        + (f"; resumed after line {rep.resumed_from}" if rep.resumed_from else "")
+        + (f"; rebuilt {', '.join(rep.rebuilt)}" if rep.rebuilt else "")
+    )
     return 0
 
 
 def _print_results(resp: Any) -> None:
     md = resp.metadata
-    print(f"strategy {md.strategy_used.value} · {md.total_latency_ms:.1f} ms · "
-          f"{md.num_results_before_rerank} candidates -> {md.num_results_after_rerank}"
-          + (f" · DEGRADED: {', '.join(md.degraded)}" if md.degraded else ""))
+    print(
+        f"strategy {md.strategy_used.value} · {md.total_latency_ms:.1f} ms · "
+        f"{md.num_results_before_rerank} candidates -> {md.num_results_after_rerank}"
+        + (f" · DEGRADED: {', '.join(md.degraded)}" if md.degraded else "")
+    )
     for i, r in enumerate(resp.results, 1):
         text = r.content.replace("\n", " ")
         print(f"{i:2d}. [{r.score:.3f} {r.relevance}] {r.created_at:%Y-%m-%d} {text[:100]}")
@@ -198,8 +239,12 @@ async def _cmd_query(settings: Settings, args: argparse.Namespace) -> int:
 
     rt = await _open(settings)
     try:
-        opts = RetrievalOptions(namespace=args.namespace, limit=args.limit, now=args.now,
-                                force_strategy=Strategy(args.strategy) if args.strategy else None)
+        opts = RetrievalOptions(
+            namespace=args.namespace,
+            limit=args.limit,
+            now=args.now,
+            force_strategy=Strategy(args.strategy) if args.strategy else None,
+        )
         resp = await rt.orchestrator.retrieve(args.text, opts)
         await rt.orchestrator.flush()
     finally:
@@ -217,8 +262,12 @@ def _cmd_analyze(settings: Settings, args: argparse.Namespace) -> int:
     from retrieval.strategy import plan
 
     nlp = JapaneseNLP(settings.spacy_model, ner=settings.ner == "spacy")
-    analyzer = QueryAnalyzer(nlp, timezone=settings.timezone, recent_days=settings.recent_days,
-                             dictionary=CueDictionary.load(settings.dictionary_path))
+    analyzer = QueryAnalyzer(
+        nlp,
+        timezone=settings.timezone,
+        recent_days=settings.recent_days,
+        dictionary=CueDictionary.load(settings.dictionary_path),
+    )
     intent = analyzer.analyze(args.text, args.now)
     p = plan(intent)
     tr = intent.time_range
@@ -226,9 +275,11 @@ def _cmd_analyze(settings: Settings, args: argparse.Namespace) -> int:
         "query_type": intent.query_type.value,
         "keywords": list(intent.keywords),
         "entities": [{"text": e.text, "label": e.label} for e in intent.entities],
-        "time_range": {"start": tr.start.isoformat() if tr and tr.start else None,
-                       "end": tr.end.isoformat() if tr and tr.end else None,
-                       "relative": tr.relative if tr else None},
+        "time_range": {
+            "start": tr.start.isoformat() if tr and tr.start else None,
+            "end": tr.end.isoformat() if tr and tr.end else None,
+            "relative": tr.relative if tr else None,
+        },
         "time_hints": list(intent.time_hints),
         "focus": intent.focus,
         "strategy": p.strategy.value,
@@ -262,8 +313,11 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
         n = asyncio.run(load_sample(settings))
         print(f"sample: {n} memories in namespace 'default'", file=sys.stderr)
     if not settings.parsed_api_keys() and not _is_loopback(args.host):
-        print(f"WARNING: serving on {args.host} with no RETRIEVAL_API_KEYS: anyone who can reach this "
-              "port can read, write and delete every namespace's memories", file=sys.stderr)
+        print(
+            f"WARNING: serving on {args.host} with no RETRIEVAL_API_KEYS: anyone who can reach this "
+            "port can read, write and delete every namespace's memories",
+            file=sys.stderr,
+        )
     if args.workers > 1:
         # One truth for /metrics: each worker writes its samples to a directory of this start
         # (emptied now: an earlier start's files would be added in), and any worker sums them.
@@ -274,16 +328,27 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
         os.environ[MULTIPROC_ENV] = str(prepare_multiprocess_dir(path))
         if not given:
             atexit.register(shutil.rmtree, path, True)
-    print(f"serving on http://{args.host}:{args.port} (OpenAPI at /docs, {args.workers} worker(s))", file=sys.stderr)
-    uvicorn.run("retrieval.api:create_app", factory=True, host=args.host, port=args.port,
-                workers=args.workers, log_level="warning")
+    print(
+        f"serving on http://{args.host}:{args.port} (OpenAPI at /docs, {args.workers} worker(s))",
+        file=sys.stderr,
+    )
+    uvicorn.run(
+        "retrieval.api:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level="warning",
+    )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         settings = Settings()
     except ValidationError as exc:

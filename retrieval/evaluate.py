@@ -48,7 +48,9 @@ def read_queries(path: Path) -> list[EvalQuery]:
                 now = datetime.fromisoformat(obj["now"]) if obj.get("now") else None
                 out.append(EvalQuery(str(obj["id"]), str(obj["text"]), now))
             except (json.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
-                raise InvalidInput([{"line": n, "field": "(query)", "reason": f"{type(exc).__name__}: {exc}"}]) from exc
+                raise InvalidInput(
+                    [{"line": n, "field": "(query)", "reason": f"{type(exc).__name__}: {exc}"}]
+                ) from exc
     return out
 
 
@@ -61,7 +63,15 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
             if len(parts) < 3 or not parts[2].strip().lstrip("-").isdigit():
                 if n == 1 or not line.strip():
                     continue
-                raise InvalidInput([{"line": n, "field": "(qrels)", "reason": "expected query_id<TAB>doc_id<TAB>relevance"}])
+                raise InvalidInput(
+                    [
+                        {
+                            "line": n,
+                            "field": "(qrels)",
+                            "reason": "expected query_id<TAB>doc_id<TAB>relevance",
+                        }
+                    ]
+                )
             qrels[parts[0]][parts[1]] = int(parts[2])
     return dict(qrels)
 
@@ -86,7 +96,9 @@ def cache_key(corpus: Path, model: str, schema: int, vectors: Path | None) -> st
             h.update(chunk)
     from retrieval.nlp import TOKENIZER_VERSION
 
-    h.update(f"|{model}|{schema}|{TOKENIZER_VERSION}|{'vectors' if vectors else 'embedded'}".encode())
+    h.update(
+        f"|{model}|{schema}|{TOKENIZER_VERSION}|{'vectors' if vectors else 'embedded'}".encode()
+    )
     return h.hexdigest()[:32]
 
 
@@ -103,7 +115,6 @@ _DROP_NAMESPACE = [
     "DELETE FROM namespace_stats WHERE namespace = $1",
     "DELETE FROM harness_indexes WHERE namespace = $1",
 ]
-
 
 
 class ForeignNamespace(RetrievalError):
@@ -131,7 +142,9 @@ async def ensure_index(
             "indexing would delete them. Choose another --namespace, or pass --force"
         )
     items = read_jsonl(corpus)
-    vectors = load_precomputed(vectors_path, items, rt.embedder) if vectors_path is not None else None
+    vectors = (
+        load_precomputed(vectors_path, items, rt.embedder) if vectors_path is not None else None
+    )
     async with rt.pool.acquire() as conn, conn.transaction():
         for sql in _DROP_NAMESPACE:
             await conn.execute(sql, namespace, timeout=3600)
@@ -166,8 +179,15 @@ async def run_eval(
     for q in queries:
         t = time.perf_counter()
         resp = await rt.orchestrator.retrieve(
-            q.text, RetrievalOptions(namespace=namespace, limit=limit, now=q.now, force_strategy=force, log_run=False,
-                                     expand=expand)
+            q.text,
+            RetrievalOptions(
+                namespace=namespace,
+                limit=limit,
+                now=q.now,
+                force_strategy=force,
+                log_run=False,
+                expand=expand,
+            ),
         )
         latencies.append((time.perf_counter() - t) * 1000.0)
         # ranx ranks by score; rank-derived scores keep our order exactly (ties included).
@@ -195,7 +215,8 @@ async def run_eval(
         for qid, s in used.items():
             by[s].append(qid)
         out["by_strategy"] = {
-            s: {"n_queries": len(ids), **score(qrels, {i: run[i] for i in ids})} for s, ids in sorted(by.items())
+            s: {"n_queries": len(ids), **score(qrels, {i: run[i] for i in ids})}
+            for s, ids in sorted(by.items())
         }
     out["_run"] = run
     return out
@@ -210,15 +231,35 @@ async def run_eval_cli(settings: Settings, args: argparse.Namespace) -> int:
         queries = queries[: args.max_queries]
     qrels = read_qrels(args.qrels)
     # Indexing a corpus writes thousands of memories a statement: no server-side deadline.
-    settings = settings.model_copy(update={
-        "max_limit": max(settings.max_limit, args.limit), "log_runs": False, "statement_timeout_ms": 0})
-    namespace = args.namespace or "eval-" + hashlib.sha1(str(args.corpus.resolve()).encode()).hexdigest()[:12]
+    settings = settings.model_copy(
+        update={
+            "max_limit": max(settings.max_limit, args.limit),
+            "log_runs": False,
+            "statement_timeout_ms": 0,
+        }
+    )
+    namespace = (
+        args.namespace
+        or "eval-" + hashlib.sha1(str(args.corpus.resolve()).encode()).hexdigest()[:12]
+    )
     rt = await open_runtime(settings)
     try:
-        cached, secs = await ensure_index(rt, args.corpus, namespace, args.embeddings, force=args.force)
-        print(f"index {'reused' if cached else 'built'} in {secs:.1f} s (namespace {namespace})", file=sys.stderr)
-        res = await run_eval(rt, queries, qrels, namespace=namespace, strategy=args.strategy, limit=args.limit,
-                             expand=not args.no_expand)
+        cached, secs = await ensure_index(
+            rt, args.corpus, namespace, args.embeddings, force=args.force
+        )
+        print(
+            f"index {'reused' if cached else 'built'} in {secs:.1f} s (namespace {namespace})",
+            file=sys.stderr,
+        )
+        res = await run_eval(
+            rt,
+            queries,
+            qrels,
+            namespace=namespace,
+            strategy=args.strategy,
+            limit=args.limit,
+            expand=not args.no_expand,
+        )
     finally:
         await rt.close()
     res.pop("_run")

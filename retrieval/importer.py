@@ -85,8 +85,13 @@ def scan(path: Path) -> _Scan:
         else:
             ids.append(got.id)
             if got.id is not None and got.id in seen:
-                errors.append({"line": lineno, "field": "id",
-                               "reason": f"duplicate id {got.id!r} (first at line {seen[got.id]})"})  # fmt: skip
+                errors.append(
+                    {
+                        "line": lineno,
+                        "field": "id",
+                        "reason": f"duplicate id {got.id!r} (first at line {seen[got.id]})",
+                    }
+                )
             elif got.id is not None:
                 seen[got.id] = lineno
         if len(errors) >= MAX_ERRORS:
@@ -129,7 +134,9 @@ def in_processes(executor: ProcessPoolExecutor) -> Analyser:
     """Analyse a chunk in one of the worker processes."""
 
     async def run(texts: list[str], want: list[bool]) -> list[Analysis]:
-        return await asyncio.get_running_loop().run_in_executor(executor, _analyse_in_worker, texts, want)
+        return await asyncio.get_running_loop().run_in_executor(
+            executor, _analyse_in_worker, texts, want
+        )
 
     return run
 
@@ -160,10 +167,16 @@ async def import_file(
     async with rt.pool.acquire() as conn:
         done = await bulk.begin(conn, iid, namespace)
     workers = workers or auto_workers(sc.count)
-    executor = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(rt.nlp.model_name,)) if workers > 1 else None
+    executor = (
+        ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(rt.nlp.model_name,))
+        if workers > 1
+        else None
+    )
     try:
         analyse = in_processes(executor) if executor else in_threads(rt.nlp)
-        embedded = await _stage_all(rt, path, iid, namespace, vectors, analyse, done, workers, progress)
+        embedded = await _stage_all(
+            rt, path, iid, namespace, vectors, analyse, done, workers, progress
+        )
     except InvalidInput:  # the vectors are not this model's: nothing staged is worth keeping
         async with rt.pool.acquire() as conn:
             await bulk.discard(conn, iid)
@@ -174,8 +187,16 @@ async def import_file(
     logger.info("import: staged by %.1f s (%d workers)", time.perf_counter() - t0, workers)
     async with rt.pool.acquire() as conn:
         pub = await bulk.publish(conn, iid, namespace, rebuild=rebuild, timeout_s=timeout_s)
-    return ImportReport(namespace, sc.count, pub.inserted, pub.updated, embedded, done, pub.rebuilt,
-                        time.perf_counter() - t0)  # fmt: skip
+    return ImportReport(
+        namespace,
+        sc.count,
+        pub.inserted,
+        pub.updated,
+        embedded,
+        done,
+        pub.rebuilt,
+        time.perf_counter() - t0,
+    )
 
 
 def _chunks(path: Path, after: int) -> Iterator[list[tuple[int, int, MemoryIn]]]:
@@ -214,8 +235,16 @@ async def _stage_all(
         items = [it for _, _, it in chunk]
         ids = [it.id or f"{iid[:12]}-{line}" for line, _, it in chunk]
         vecs = np.asarray(vectors[[i for _, i, _ in chunk]]) if vectors is not None else None
-        rows, n = await prepare_rows(rt.pool, rt.embedder, analyse, items, ids, namespace=namespace,
-                                     vectors=vecs, batch_size=rt.settings.embed_batch_size)  # fmt: skip
+        rows, n = await prepare_rows(
+            rt.pool,
+            rt.embedder,
+            analyse,
+            items,
+            ids,
+            namespace=namespace,
+            vectors=vecs,
+            batch_size=rt.settings.embed_batch_size,
+        )
         return [line for line, _, _ in chunk], rows, n
 
     pending: list[asyncio.Task[tuple[list[int], list[Any], int]]] = []
@@ -226,7 +255,9 @@ async def _stage_all(
                 if vectors is not None and not checked:
                     head = chunk[:3]
                     given = np.asarray(vectors[[i for _, i, _ in head]], dtype=np.float32)
-                    await asyncio.to_thread(check_precomputed, rt.embedder, [it for _, _, it in head], given)
+                    await asyncio.to_thread(
+                        check_precomputed, rt.embedder, [it for _, _, it in head], given
+                    )
                     checked = True
                 pending.append(asyncio.create_task(prepare(chunk)))
             if not pending:

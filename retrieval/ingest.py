@@ -54,7 +54,9 @@ class MemoryIn(BaseModel):
     links: list[LinkIn] = Field(default_factory=list, max_length=100)
     thread: SafeStr | None = Field(default=None, min_length=1, max_length=256)
     # Names this memory is about; extracted from its text when not given.
-    entities: list[Annotated[SafeStr, Field(min_length=1, max_length=200)]] | None = Field(default=None, max_length=50)
+    entities: list[Annotated[SafeStr, Field(min_length=1, max_length=200)]] | None = Field(
+        default=None, max_length=50
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -151,7 +153,11 @@ def read_jsonl(path: Path) -> list[MemoryIn]:
 
 
 def _check_duplicate_ids(
-    items: list[MemoryIn], errors: list[dict[str, object]], *, key: str, positions: list[int] | None = None
+    items: list[MemoryIn],
+    errors: list[dict[str, object]],
+    *,
+    key: str,
+    positions: list[int] | None = None,
 ) -> None:
     seen: dict[str, int] = {}
     for i, it in enumerate(items):
@@ -159,7 +165,13 @@ def _check_duplicate_ids(
         if it.id is None:
             continue
         if it.id in seen:
-            errors.append({key: pos, "field": "id", "reason": f"duplicate id {it.id!r} (first at {key} {seen[it.id]})"})
+            errors.append(
+                {
+                    key: pos,
+                    "field": "id",
+                    "reason": f"duplicate id {it.id!r} (first at {key} {seen[it.id]})",
+                }
+            )
         else:
             seen[it.id] = pos
 
@@ -210,10 +222,19 @@ class IngestReport:
         }
 
 
-def check_precomputed(embedder: Embedder, items: list[MemoryIn], vectors: np.ndarray, rows: int = 3) -> None:
+def check_precomputed(
+    embedder: Embedder, items: list[MemoryIn], vectors: np.ndarray, rows: int = 3
+) -> None:
     """Refuse precomputed vectors that the configured model would not have produced."""
     if vectors.shape != (len(items), embedder.dim):
-        raise InvalidInput([{"field": "embeddings", "reason": f"expected shape ({len(items)}, {embedder.dim}), got {vectors.shape}"}])
+        raise InvalidInput(
+            [
+                {
+                    "field": "embeddings",
+                    "reason": f"expected shape ({len(items)}, {embedder.dim}), got {vectors.shape}",
+                }
+            ]
+        )
     picks = sorted({0, len(items) // 2, len(items) - 1})[:rows] if items else []
     if not picks:
         return
@@ -222,7 +243,14 @@ def check_precomputed(embedder: Embedder, items: list[MemoryIn], vectors: np.nda
         given = vectors[i] / max(float(np.linalg.norm(vectors[i])), 1e-12)
         cos = float(np.dot(fresh[j], given))
         if cos < 0.95:
-            raise InvalidInput([{"field": "embeddings", "reason": f"row {i} does not match {embedder.name} (cosine {cos:.3f}); wrong file or model"}])
+            raise InvalidInput(
+                [
+                    {
+                        "field": "embeddings",
+                        "reason": f"row {i} does not match {embedder.name} (cosine {cos:.3f}); wrong file or model",
+                    }
+                ]
+            )
 
 
 def open_vectors(path: Path, ids: list[str | None], dim: int) -> np.ndarray:
@@ -231,13 +259,23 @@ def open_vectors(path: Path, ids: list[str | None], dim: int) -> np.ndarray:
     try:
         vecs = np.load(path, mmap_mode="r")
     except (OSError, ValueError) as exc:
-        raise InvalidInput([{"field": "embeddings", "reason": f"cannot read {path}: {exc}"}]) from exc
+        raise InvalidInput(
+            [{"field": "embeddings", "reason": f"cannot read {path}: {exc}"}]
+        ) from exc
     if vecs.ndim != 2 or vecs.shape != (len(ids), dim):
-        raise InvalidInput([{"field": "embeddings",
-                             "reason": f"{path} has shape {vecs.shape}, expected ({len(ids)}, {dim})"}])  # fmt: skip
+        raise InvalidInput(
+            [
+                {
+                    "field": "embeddings",
+                    "reason": f"{path} has shape {vecs.shape}, expected ({len(ids)}, {dim})",
+                }
+            ]
+        )
     ids_path = path.with_name(path.stem + "_ids.json")
     if ids_path.exists() and json.loads(ids_path.read_text()) != [x or "" for x in ids]:
-        raise InvalidInput([{"field": "embeddings", "reason": f"{ids_path} does not list the corpus ids in order"}])
+        raise InvalidInput(
+            [{"field": "embeddings", "reason": f"{ids_path} does not list the corpus ids in order"}]
+        )
     return vecs
 
 
@@ -291,10 +329,14 @@ async def prepare_rows(
     is unchanged keeps its vector, terms and extracted entities."""
     async with pool.acquire() as conn:
         old = await store.existing(conn, namespace, ids)
-    kept = [old.get(x) if unchanged(it, old.get(x)) else None for it, x in zip(items, ids, strict=True)]
+    kept = [
+        old.get(x) if unchanged(it, old.get(x)) else None for it, x in zip(items, ids, strict=True)
+    ]
     need = [i for i, k in enumerate(kept) if k is None]
     texts = [passage_text(items[i]) for i in need]
-    fresh = dict(zip(need, await analyse(texts, [items[i].entities is None for i in need]), strict=True))
+    fresh = dict(
+        zip(need, await analyse(texts, [items[i].entities is None for i in need]), strict=True)
+    )
     emb: list[Any] = [k["embedding"] if k is not None else None for k in kept]
     if vectors is not None:
         for i in need:
@@ -303,21 +345,43 @@ async def prepare_rows(
         loop = asyncio.get_running_loop()
         for start in range(0, len(need), batch_size):
             batch = need[start : start + batch_size]
-            got = await loop.run_in_executor(None, embedder.embed_passages, [embedding_text(items[i]) for i in batch])
+            got = await loop.run_in_executor(
+                None, embedder.embed_passages, [embedding_text(items[i]) for i in batch]
+            )
             for j, i in enumerate(batch):
                 emb[i] = got[j]
     rows = []
     for i, it in enumerate(items):
         k = kept[i]
-        terms, found = fresh[i] if k is None else (k["search_tokens"].split(), list(zip(k["entities"], k["entity_weights"], strict=True)))
-        given = [(normalize_entity(e), 1.0) for e in it.entities] if it.entities is not None else None
-        rows.append(MemoryRow(
-            external_id=ids[i], content=it.content, title=it.title, memory_type=it.memory_type,
-            source_type=it.source_type, metadata=it.metadata, embedding=emb[i],
-            search_tokens=" ".join(terms), token_count=len(terms), created_at=it.created_at,
-            expires_at=it.expires_at, thread=it.thread, entities=found if given is None else given,
-            links=[(ln.to, str(ln.label)) for ln in it.links],
-        ))  # fmt: skip
+        terms, found = (
+            fresh[i]
+            if k is None
+            else (
+                k["search_tokens"].split(),
+                list(zip(k["entities"], k["entity_weights"], strict=True)),
+            )
+        )
+        given = (
+            [(normalize_entity(e), 1.0) for e in it.entities] if it.entities is not None else None
+        )
+        rows.append(
+            MemoryRow(
+                external_id=ids[i],
+                content=it.content,
+                title=it.title,
+                memory_type=it.memory_type,
+                source_type=it.source_type,
+                metadata=it.metadata,
+                embedding=emb[i],
+                search_tokens=" ".join(terms),
+                token_count=len(terms),
+                created_at=it.created_at,
+                expires_at=it.expires_at,
+                thread=it.thread,
+                entities=found if given is None else given,
+                links=[(ln.to, str(ln.label)) for ln in it.links],
+            )
+        )
     return rows, len(need)
 
 
@@ -340,7 +404,14 @@ async def ingest(
     if dup is not None:
         raise InvalidInput([{"index": dup, "field": "id", "reason": f"duplicate id {ids[dup]!r}"}])
     rows, embedded = await prepare_rows(
-        pool, embedder, in_threads(nlp), items, ids, namespace=namespace, vectors=vectors, batch_size=batch_size
+        pool,
+        embedder,
+        in_threads(nlp),
+        items,
+        ids,
+        namespace=namespace,
+        vectors=vectors,
+        batch_size=batch_size,
     )
     inserted = await store.upsert(pool, namespace, rows, timeout_s=timeout_s)
     return IngestReport(

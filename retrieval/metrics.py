@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, multiprocess
 
@@ -13,29 +14,71 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 # A service whose p95 target is tens of milliseconds: resolution where it matters.
-LATENCY_BUCKETS_MS = (1, 2.5, 5, 7.5, 10, 15, 20, 30, 40, 50, 75, 100, 150, 250, 500, 1000, 2500, 5000)
+LATENCY_BUCKETS_MS = (
+    1,
+    2.5,
+    5,
+    7.5,
+    10,
+    15,
+    20,
+    30,
+    40,
+    50,
+    75,
+    100,
+    150,
+    250,
+    500,
+    1000,
+    2500,
+    5000,
+)
 COUNT_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200)
 
 RETRIEVAL_LATENCY = Histogram(
-    "retrieval_latency_ms", "End-to-end retrieve() latency in ms, by strategy", ["strategy"], buckets=LATENCY_BUCKETS_MS
+    "retrieval_latency_ms",
+    "End-to-end retrieve() latency in ms, by strategy",
+    ["strategy"],
+    buckets=LATENCY_BUCKETS_MS,
 )
-STRATEGY_USAGE = Counter("retrieval_strategy_usage_total", "Retrievals by strategy used", ["strategy"])
-EMPTY_RESULTS = Counter("retrieval_empty_results_total", "Retrievals that returned no result", ["strategy"])
+STRATEGY_USAGE = Counter(
+    "retrieval_strategy_usage_total", "Retrievals by strategy used", ["strategy"]
+)
+EMPTY_RESULTS = Counter(
+    "retrieval_empty_results_total", "Retrievals that returned no result", ["strategy"]
+)
 STAGE_LATENCY = Histogram(
-    "retrieval_stage_latency_ms", "Latency of pipeline stages in ms (analyze, embed, expand)", ["stage"], buckets=LATENCY_BUCKETS_MS
+    "retrieval_stage_latency_ms",
+    "Latency of pipeline stages in ms (analyze, embed, expand)",
+    ["stage"],
+    buckets=LATENCY_BUCKETS_MS,
 )
 SEARCH_LATENCY = Histogram(
-    "retrieval_search_latency_ms", "Latency of one search source in ms", ["source"], buckets=LATENCY_BUCKETS_MS
+    "retrieval_search_latency_ms",
+    "Latency of one search source in ms",
+    ["source"],
+    buckets=LATENCY_BUCKETS_MS,
 )
-SOURCE_TIMEOUTS = Counter("retrieval_source_timeouts_total", "Searches that hit their timeout", ["source"])
+SOURCE_TIMEOUTS = Counter(
+    "retrieval_source_timeouts_total", "Searches that hit their timeout", ["source"]
+)
 SOURCE_ERRORS = Counter("retrieval_source_errors_total", "Searches that failed", ["source"])
-DEGRADED = Counter("retrieval_degraded_total", "Retrievals answered without one or more sources", ["strategy"])
-RERANK_LATENCY = Histogram("retrieval_rerank_latency_ms", "Rerank latency in ms", buckets=LATENCY_BUCKETS_MS)
+DEGRADED = Counter(
+    "retrieval_degraded_total", "Retrievals answered without one or more sources", ["strategy"]
+)
+RERANK_LATENCY = Histogram(
+    "retrieval_rerank_latency_ms", "Rerank latency in ms", buckets=LATENCY_BUCKETS_MS
+)
 RESULTS_BEFORE = Histogram(
     "retrieval_results_before_rerank", "Distinct candidates before reranking", buckets=COUNT_BUCKETS
 )
-RESULTS_AFTER = Histogram("retrieval_results_after_rerank", "Results returned after reranking", buckets=COUNT_BUCKETS)
-INGESTED = Counter("retrieval_ingested_memories_total", "Memories written (inserted or updated)", ["op"])
+RESULTS_AFTER = Histogram(
+    "retrieval_results_after_rerank", "Results returned after reranking", buckets=COUNT_BUCKETS
+)
+INGESTED = Counter(
+    "retrieval_ingested_memories_total", "Memories written (inserted or updated)", ["op"]
+)
 INGEST_ERRORS = Counter("retrieval_ingest_rejected_total", "Ingest batches rejected as invalid")
 UNAVAILABLE = Counter(
     "retrieval_unavailable_total", "Retrievals answered 503 because no search source answered"
@@ -47,23 +90,48 @@ RETENTION_DELETED = Counter(
     "retrieval_retention_deleted_total", "Run-log and feedback rows deleted by retention", ["table"]
 )
 FEEDBACK = Counter("retrieval_feedback_total", "Feedback events", ["kind"])
-HTTP_REQUESTS = Counter("retrieval_http_requests_total", "HTTP requests", ["route", "method", "status"])
+HTTP_REQUESTS = Counter(
+    "retrieval_http_requests_total", "HTTP requests", ["route", "method", "status"]
+)
 HTTP_LATENCY = Histogram(
-    "retrieval_http_request_latency_ms", "HTTP request latency in ms", ["route", "method"], buckets=LATENCY_BUCKETS_MS
+    "retrieval_http_request_latency_ms",
+    "HTTP request latency in ms",
+    ["route", "method"],
+    buckets=LATENCY_BUCKETS_MS,
 )
 
-DB_QUERIES = Counter(
-    "retrieval_db_queries_total", "Search legs run, by where they ran", ["target"]
-)
+DB_QUERIES = Counter("retrieval_db_queries_total", "Search legs run, by where they ran", ["target"])
 # With several workers each checks every replica: the worst value of the live workers counts.
 REPLICA_LAG = Gauge(
-    "retrieval_replica_lag_seconds", "Replay lag of a read replica (0 when caught up)", ["replica"],
+    "retrieval_replica_lag_seconds",
+    "Replay lag of a read replica (0 when caught up)",
+    ["replica"],
     multiprocess_mode="livemax",
 )
 REPLICA_HEALTHY = Gauge(
-    "retrieval_replica_healthy", "1 when the replica serves reads, 0 when skipped", ["replica"],
+    "retrieval_replica_healthy",
+    "1 when the replica serves reads, 0 when skipped",
+    ["replica"],
     multiprocess_mode="livemin",
 )
+
+
+def record_retrieval(meta: Any) -> None:
+    """Every metric of one answered retrieve (a RetrievalMetadata), in one place."""
+    strategy = meta.strategy_used.value
+    for stage in ("analyze", "embed", "expand"):
+        if stage in meta.stage_latency_ms:
+            STAGE_LATENCY.labels(stage).observe(meta.stage_latency_ms[stage])
+    if "rerank" in meta.stage_latency_ms:
+        RERANK_LATENCY.observe(meta.stage_latency_ms["rerank"])
+    RETRIEVAL_LATENCY.labels(strategy).observe(meta.total_latency_ms)
+    STRATEGY_USAGE.labels(strategy).inc()
+    RESULTS_BEFORE.observe(meta.num_results_before_rerank)
+    RESULTS_AFTER.observe(meta.num_results_after_rerank)
+    if not meta.num_results_after_rerank:
+        EMPTY_RESULTS.labels(strategy).inc()
+    if meta.degraded:
+        DEGRADED.labels(strategy).inc()
 
 
 def init_series(strategies: list[str], sources: list[str]) -> None:

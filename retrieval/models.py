@@ -239,6 +239,25 @@ class RetrievalResult:
     relevance: str
     reason: str
 
+    @classmethod
+    def of(cls, r: ScoredResult) -> RetrievalResult:
+        """The answer's view of a reranked candidate."""
+        c = r.candidate
+        return cls(
+            id=c.external_id,
+            content=c.content,
+            title=c.title,
+            memory_type=c.memory_type,
+            source_type=c.source_type,
+            metadata=c.metadata,
+            created_at=c.created_at,
+            score=r.score,
+            signals=r.signals,
+            sources=r.sources,
+            relevance=r.relevance,
+            reason=r.reason,
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,

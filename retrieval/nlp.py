@@ -124,14 +124,27 @@ class JapaneseNLP:
             if direct:
                 tags = self._tags
                 with self._lock:  # Sudachi tokenizers are not thread-safe
-                    morphemes = [(m.surface(), m.normalized_form(), tags.get(m.part_of_speech_id()) or self._tag(m))
-                                 for m in self._sudachi.tokenize(chunk)]
-                out.extend(Token(surface, norm or surface, tag, "")
-                           for surface, norm, tag in morphemes if surface and not surface.isspace())
+                    morphemes = [
+                        (
+                            m.surface(),
+                            m.normalized_form(),
+                            tags.get(m.part_of_speech_id()) or self._tag(m),
+                        )
+                        for m in self._sudachi.tokenize(chunk)
+                    ]
+                out.extend(
+                    Token(surface, norm or surface, tag, "")
+                    for surface, norm, tag in morphemes
+                    if surface and not surface.isspace()
+                )
                 continue
             with self._lock:
                 doc = self._nlp.tokenizer(chunk)
-            out.extend(Token(t.text, t.norm_ or t.text, t.tag_ or "", t.pos_ or "") for t in doc if not t.is_space)
+            out.extend(
+                Token(t.text, t.norm_ or t.text, t.tag_ or "", t.pos_ or "")
+                for t in doc
+                if not t.is_space
+            )
         return out
 
     def terms(self, text: str) -> list[str]:
@@ -234,7 +247,9 @@ def cheap_entities(toks: list[Token]) -> list[Entity]:
 _QUOTED_RE = re.compile(r"[「『]([^」』\n]{1,40})[」』]")
 _KATAKANA_NAME_RE = re.compile(r"[\u30A1-\u30FA\u30FC]{3,}")
 _LATIN_NAME_RE = re.compile(
-    r"(?<![A-Za-z0-9])(?:[A-Za-z]+[\-_]?[0-9][A-Za-z0-9\-]*|[A-Z][A-Za-z0-9]*(?:[ \-][A-Z][A-Za-z0-9]*)*)(?![A-Za-z0-9])"
+    r"(?<![A-Za-z0-9])"
+    r"(?:[A-Za-z]+[\-_]?[0-9][A-Za-z0-9\-]*|[A-Z][A-Za-z0-9]*(?:[ \-][A-Z][A-Za-z0-9]*)*)"
+    r"(?![A-Za-z0-9])"
 )
 MAX_ENTITIES = 20
 
@@ -256,10 +271,17 @@ def memory_entities(text: str, toks: list[Token]) -> list[tuple[str, float]]:
     document frequency."""
     text = normalize_text(text)
     found = [(m.group(1), ENTITY_WEIGHTS["quoted"]) for m in _QUOTED_RE.finditer(text)]
-    found += [(e.text, ENTITY_WEIGHTS["place" if e.label == "Place" else "name"])
-              for e in cheap_entities(toks) if len(e.text) >= 2]
+    found += [
+        (e.text, ENTITY_WEIGHTS["place" if e.label == "Place" else "name"])
+        for e in cheap_entities(toks)
+        if len(e.text) >= 2
+    ]
     found += [(m.group(0), ENTITY_WEIGHTS["name"]) for m in _KATAKANA_NAME_RE.finditer(text)]
-    found += [(m.group(0), ENTITY_WEIGHTS["name"]) for m in _LATIN_NAME_RE.finditer(text) if len(m.group(0)) >= 3]
+    found += [
+        (m.group(0), ENTITY_WEIGHTS["name"])
+        for m in _LATIN_NAME_RE.finditer(text)
+        if len(m.group(0)) >= 3
+    ]
     out: dict[str, float] = {}
     for name, weight in found:
         n = normalize_entity(name)

@@ -33,6 +33,7 @@ from retrieval.models import (
     RetrievalResult,
     Source,
     SourceReport,
+    TimeRange,
 )
 from retrieval.replicas import CONNECTION_ERRORS, ReadRouter
 from retrieval.rerank import blend_lex, fuse_first_wave, lex_signal, rerank
@@ -48,7 +49,11 @@ MAX_CONTEXT_MESSAGES = 6
 
 def context_query(text: str, conversation: tuple[tuple[str, str], ...]) -> str | None:
     """`context + "---" + text` from the recent conversation, or None without one."""
-    msgs = [f"{role}: {content}" for role, content in conversation[-MAX_CONTEXT_MESSAGES:] if content.strip()]
+    msgs = [
+        f"{role}: {content}"
+        for role, content in conversation[-MAX_CONTEXT_MESSAGES:]
+        if content.strip()
+    ]
     return "\n".join(msgs) + "\n---\n" + text if msgs else None
 
 
@@ -57,7 +62,10 @@ SEED_SHARPNESS = 4.0
 
 
 def choose_seeds(
-    per_source: Mapping[Source, list[Candidate]], preset: Preset, given: tuple[str, ...] = (), query: str = ""
+    per_source: Mapping[Source, list[Candidate]],
+    preset: Preset,
+    given: tuple[str, ...] = (),
+    query: str = "",
 ) -> tuple[tuple[str, float], ...]:
     """The first wave's best `expand_seeds` candidates, scored as the reranker scores them
     (fused, then the character n-gram signal on the best `rerank_top`) and scaled so the best
@@ -76,6 +84,49 @@ def choose_seeds(
     return tuple(seeds.items())
 
 
+# Source statuses that make an answer degraded.
+DEGRADED_STATUSES = ("timeout", "error", "unavailable")
+
+
+class _StageClock:
+    """Milliseconds per stage of one retrieve."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, float] = {}
+
+    def timed(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        s = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.ms[name] = (time.perf_counter() - s) * 1000.0
+
+
+def _require_an_answer(p: Plan, reports: Mapping[str, SourceReport]) -> None:
+    """Raise StoreUnavailable when every first-wave source that ran failed: an empty 200
+    would read as "no memory matches"."""
+    first_wave = {s.value for s in p.preset.sources}
+    tried = {
+        k: r
+        for k, r in reports.items()
+        if k in first_wave and r.status not in ("skipped", "unavailable")
+    }
+    if tried and all(r.status in ("timeout", "error") for r in tried.values()):
+        m.UNAVAILABLE.inc()
+        raise StoreUnavailable(
+            "no search source answered: " + ", ".join(f"{k}: {r.error}" for k, r in tried.items())
+        )
+
+
+def _plan_json(p: Plan, window: TimeRange | None, window_is_filter: bool) -> dict[str, Any]:
+    """The plan as the response's `params` and the run log record it."""
+    out: dict[str, Any] = {**p.preset.to_json(), "limit": p.limit, "reasons": list(p.reasons)}
+    if window is not None:
+        out["window"] = window.to_json()
+        out["window_is_filter"] = window_is_filter
+    return out
+
+
 class Orchestrator:
     """retrieve(query, options) -> RetrievalResponse. Create once; safe for concurrent calls."""
 
@@ -86,7 +137,7 @@ class Orchestrator:
         embedder: Embedder,
         *,
         timezone: str = "Asia/Tokyo",
-        source_timeout_ms: int | Mapping[Source, int] = 800,
+        source_timeout_ms: int = 800,
         max_query_chars: int = 2000,
         max_limit: int = 100,
         log_runs: bool = True,
@@ -128,9 +179,7 @@ class Orchestrator:
         return self._embeddings.get_or_compute(text, lambda: self.embedder.embed_query(text))
 
     def _timeout_s(self, source: Source) -> float:
-        t = self.source_timeout_ms
-        ms = t.get(source, 800) if isinstance(t, Mapping) else t
-        return ms / 1000.0
+        return self.source_timeout_ms / 1000.0
 
     def validate(self, query: str, options: RetrievalOptions) -> str:
         """Reject what cannot be answered; return the query stripped."""
@@ -139,180 +188,174 @@ class Orchestrator:
         if not q:
             errors.append({"field": "query", "reason": "must not be empty or whitespace"})
         elif len(q) > self.max_query_chars:
-            errors.append({"field": "query", "reason": f"longer than {self.max_query_chars} characters"})
+            errors.append(
+                {"field": "query", "reason": f"longer than {self.max_query_chars} characters"}
+            )
         if not 1 <= options.limit <= self.max_limit:
-            errors.append({"field": "options.limit", "reason": f"must be between 1 and {self.max_limit}"})
+            errors.append(
+                {"field": "options.limit", "reason": f"must be between 1 and {self.max_limit}"}
+            )
         tr = options.time_range
         if tr and tr.start and tr.end and tr.start >= tr.end:
             errors.append({"field": "options.time_range", "reason": "start must be before end"})
-        for name, value in (("options.now", options.now),
-                            ("options.time_range.start", tr.start if tr else None),
-                            ("options.time_range.end", tr.end if tr else None)):
+        for name, value in (
+            ("options.now", options.now),
+            ("options.time_range.start", tr.start if tr else None),
+            ("options.time_range.end", tr.end if tr else None),
+        ):
             try:
-                check_instant(value if value is None or value.tzinfo else value.replace(tzinfo=self.tz))
+                check_instant(
+                    value if value is None or value.tzinfo else value.replace(tzinfo=self.tz)
+                )
             except ValueError as exc:
                 errors.append({"field": name, "reason": str(exc)})
         if errors:
             raise InvalidInput(errors)
         return q
 
-    async def analyze(self, query: str, now: datetime | None = None) -> QueryIntent:
-        """The analyzer on a worker thread (Sudachi and spaCy are CPU work)."""
-        return await asyncio.to_thread(self.analyzer.analyze, query, now)
-
-    async def retrieve(self, query: str, options: RetrievalOptions | None = None) -> RetrievalResponse:
-        """Answer one query; a failing or slow source degrades the answer, never fails it."""
+    async def retrieve(
+        self, query: str, options: RetrievalOptions | None = None
+    ) -> RetrievalResponse:
+        """Answer one query; a failing or slow source degrades the answer, never fails it:
+        plan -> search -> rerank -> respond."""
         options = options or RetrievalOptions()
         t0 = time.perf_counter()
         q = self.validate(query, options)
         now = options.now or datetime.now(self.tz)
         if now.tzinfo is None:
             now = now.replace(tzinfo=self.tz)
-        stages: dict[str, float] = {}
-
-        def timed(name: str, fn: Any, *args: Any) -> Any:
-            s = time.perf_counter()
-            try:
-                return fn(*args)
-            finally:
-                stages[name] = (time.perf_counter() - s) * 1000.0
-
-        ctx_q = context_query(q, options.recent_conversation)
-        texts = [q] if ctx_q is None else [q, ctx_q]
+        clock = _StageClock()
         # The embedding (the costliest stage) overlaps the analysis and the sources that need
         # no vector: those start as soon as the analysis has chosen the plan.
+        texts = (
+            [q] if (ctx_q := context_query(q, options.recent_conversation)) is None else [q, ctx_q]
+        )
         embedding = asyncio.get_running_loop().run_in_executor(
-            self._embed_executor, timed, "embed", lambda: [self._embed_cached(t) for t in texts]
+            self._embed_executor,
+            clock.timed,
+            "embed",
+            lambda: [self._embed_cached(t) for t in texts],
         )
         try:
-            intent = await asyncio.to_thread(timed, "analyze", self.analyzer.analyze, q, now)
+            intent = await asyncio.to_thread(clock.timed, "analyze", self.analyzer.analyze, q, now)
         except BaseException:
             embedding.cancel()
             raise
-        m.STAGE_LATENCY.labels("analyze").observe(stages["analyze"])
-
-        p = plan(intent, limit=options.limit, force=options.force_strategy, time_range=None, presets=self.presets)
-        if options.add_sources:
-            p = replace(p, preset=with_sources(p.preset, options.add_sources),
-                        reasons=(*p.reasons, "added: " + ", ".join(s.value for s in options.add_sources)))
-        hard = options.time_range
-        filters = Filters(
-            namespace=options.namespace,
-            memory_types=options.memory_types,
-            source_types=options.source_types,
-            start=hard.start if hard else None,
-            end=hard.end if hard else None,
+        p = self._plan(intent, options)
+        window = options.time_range or p.time_range
+        ctx = self._context(intent, options, p, window, now)
+        expanders = (
+            tuple(x for x in p.preset.expansion if x in self.sources) if options.expand else ()
         )
-        window = hard or p.time_range
+        t_search = time.perf_counter()
+        per_source, reports, expansion_log = await self._search(
+            ctx, p, embedding, expanders, options.seed_ids, clock.ms
+        )
+        clock.ms["search"] = (time.perf_counter() - t_search) * 1000.0
+        if not (embedding.done() and not embedding.cancelled() and embedding.exception() is None):
+            embedding.cancel()  # no vector source ran (or the embedding failed, and they say so)
+            clock.ms.pop("embed", None)
+        _require_an_answer(p, reports)
+        # Off the event loop: the n-gram signal over long uncached memories is CPU work.
+        scored, counts = await asyncio.to_thread(
+            clock.timed, "rerank", rerank, per_source, p.preset, now=now, window=window,
+            limit=options.limit, query=q, diversify_by=options.diversify_by,
+            per_bucket=options.per_bucket,
+        )  # fmt: skip
+        results = [RetrievalResult.of(r) for r in scored]
+        meta = RetrievalMetadata(
+            strategy_used=p.strategy,
+            query_intent=intent,
+            total_latency_ms=(time.perf_counter() - t0) * 1000.0,
+            search_breakdown=reports,
+            stage_latency_ms=clock.ms,
+            num_results_before_rerank=counts["before"],
+            num_results_after_rerank=len(results),
+            # Without a source this server lacks, the answer is degraded too, and says so.
+            degraded=[s for s, r in reports.items() if r.status in DEGRADED_STATUSES],
+            run_id=str(uuid.uuid4()),
+            params=_plan_json(p, window, options.time_range is not None),
+        )
+        m.record_retrieval(meta)
+        if self.log_runs and options.log_run:
+            self._log_run(q, options.namespace, meta, per_source, expansion_log, results)
+        return RetrievalResponse(results=results, metadata=meta)
+
+    def _plan(self, intent: QueryIntent, options: RetrievalOptions) -> Plan:
+        """The strategy's plan for this intent, with the sources the caller added."""
+        p = plan(intent, limit=options.limit, force=options.force_strategy, presets=self.presets)
+        if not options.add_sources:
+            return p
+        added = ", ".join(s.value for s in options.add_sources)
+        return replace(
+            p,
+            preset=with_sources(p.preset, options.add_sources),
+            reasons=(*p.reasons, "added: " + added),
+        )
+
+    def _context(
+        self,
+        intent: QueryIntent,
+        options: RetrievalOptions,
+        p: Plan,
+        window: TimeRange | None,
+        now: datetime,
+    ) -> SearchContext:
+        """What every source reads: pool, filters, window, candidates wanted."""
+        hard = options.time_range
         # Reads go to a replica that has this namespace's last write, else to the primary.
-        pool, replica = self.router.read_pool(options.namespace) if self.router else (self.pool, None)
-        ctx = SearchContext(
+        pool, replica = (
+            self.router.read_pool(options.namespace) if self.router else (self.pool, None)
+        )
+        return SearchContext(
             pool=pool,
             replica=replica,
             intent=intent,
             vectors=[],
-            filters=filters,
+            filters=Filters(
+                namespace=options.namespace,
+                memory_types=options.memory_types,
+                source_types=options.source_types,
+                start=hard.start if hard else None,
+                end=hard.end if hard else None,
+            ),
             k=max(p.preset.candidates_per_source, options.limit),
             window=window,
             now=now,
         )
-        expanders = tuple(x for x in p.preset.expansion if x in self.sources) if options.expand else ()
-        t_search = time.perf_counter()
-        per_source, reports, expansion_log = await self._search(ctx, p, embedding, expanders, options.seed_ids, stages)
-        stages["search"] = (time.perf_counter() - t_search) * 1000.0
-        if embedding.done() and not embedding.cancelled() and embedding.exception() is None:
-            m.STAGE_LATENCY.labels("embed").observe(stages["embed"])
-        else:  # no vector source ran (or the embedding failed and those sources say so)
-            embedding.cancel()
-            stages.pop("embed", None)
-        if "expand" in stages:
-            m.STAGE_LATENCY.labels("expand").observe(stages["expand"])
 
-        first_wave = {s.value for s in p.preset.sources}
-        tried = {k: r for k, r in reports.items() if k in first_wave and r.status not in ("skipped", "unavailable")}
-        if tried and all(r.status in ("timeout", "error") for r in tried.values()):
-            # Nothing answered: an empty 200 would read as "no memory matches".
-            m.UNAVAILABLE.inc()
-            raise StoreUnavailable("no search source answered: " + ", ".join(
-                f"{k}: {r.error}" for k, r in tried.items()))
-
-        t_rr = time.perf_counter()
-        # Off the event loop: the n-gram signal over long uncached memories is CPU work.
-        scored, counts = await asyncio.to_thread(
-            rerank, per_source, p.preset, now=now, window=window, limit=options.limit, query=q,
-            diversify_by=options.diversify_by, per_bucket=options.per_bucket,
-        )
-        stages["rerank"] = (time.perf_counter() - t_rr) * 1000.0
-        m.RERANK_LATENCY.observe(stages["rerank"])
-
-        total_ms = (time.perf_counter() - t0) * 1000.0
-        # Without a source this server lacks, the answer is degraded too, and says so.
-        degraded = [s for s, r in reports.items() if r.status in ("timeout", "error", "unavailable")]
-        run_id = str(uuid.uuid4())
-        strategy = p.strategy.value
-        m.RETRIEVAL_LATENCY.labels(strategy).observe(total_ms)
-        m.STRATEGY_USAGE.labels(strategy).inc()
-        m.RESULTS_BEFORE.observe(counts["before"])
-        m.RESULTS_AFTER.observe(len(scored))
-        if not scored:
-            m.EMPTY_RESULTS.labels(strategy).inc()
-        if degraded:
-            m.DEGRADED.labels(strategy).inc()
-
-        results = [
-            RetrievalResult(
-                id=r.candidate.external_id,
-                content=r.candidate.content,
-                title=r.candidate.title,
-                memory_type=r.candidate.memory_type,
-                source_type=r.candidate.source_type,
-                metadata=r.candidate.metadata,
-                created_at=r.candidate.created_at,
-                score=r.score,
-                signals=r.signals,
-                sources=r.sources,
-                relevance=r.relevance,
-                reason=r.reason,
+    def _log_run(
+        self,
+        q: str,
+        namespace: str,
+        meta: RetrievalMetadata,
+        per_source: Mapping[Source, list[Candidate]],
+        expansion_log: dict[str, Any],
+        results: list[RetrievalResult],
+    ) -> None:
+        """Write the run record in the background (bounded; see _spawn)."""
+        self._spawn(
+            insert_run(
+                self.pool,
+                run_id=meta.run_id,
+                namespace=namespace,
+                query=q,
+                strategy=meta.strategy_used.value,
+                plan={
+                    **meta.params,
+                    "intent": meta.query_intent.to_json(),
+                    "expansion": expansion_log,
+                },
+                candidate_ids=sorted({c.external_id for cs in per_source.values() for c in cs}),
+                selected_ids=[r.id for r in results],
+                latencies={
+                    "total_ms": meta.total_latency_ms,
+                    **{f"{k}_ms": v for k, v in meta.stage_latency_ms.items()},
+                    **{f"source_{k}_ms": r.latency_ms for k, r in meta.search_breakdown.items()},
+                },
+                degraded=meta.degraded,
             )
-            for r in scored
-        ]
-        plan_json = {**p.preset.to_json(), "limit": p.limit, "reasons": list(p.reasons)}
-        if window is not None:
-            plan_json["window"] = window.to_json()
-            plan_json["window_is_filter"] = hard is not None
-        meta = RetrievalMetadata(
-            strategy_used=p.strategy,
-            query_intent=intent,
-            total_latency_ms=total_ms,
-            search_breakdown=reports,
-            stage_latency_ms=stages,
-            num_results_before_rerank=counts["before"],
-            num_results_after_rerank=len(results),
-            degraded=degraded,
-            run_id=run_id,
-            params=plan_json,
         )
-        if self.log_runs and options.log_run:
-            candidate_ids = sorted({c.external_id for cs in per_source.values() for c in cs})
-            self._spawn(
-                insert_run(
-                    self.pool,
-                    run_id=run_id,
-                    namespace=options.namespace,
-                    query=q,
-                    strategy=strategy,
-                    plan={**plan_json, "intent": intent.to_json(), "expansion": expansion_log},
-                    candidate_ids=candidate_ids,
-                    selected_ids=[r.id for r in results],
-                    latencies={
-                        "total_ms": total_ms,
-                        **{f"{k}_ms": v for k, v in stages.items()},
-                        **{f"source_{k}_ms": r.latency_ms for k, r in reports.items()},
-                    },
-                    degraded=degraded,
-                )
-            )
-        return RetrievalResponse(results=results, metadata=meta)
 
     async def _search(
         self,
@@ -336,12 +379,15 @@ class Orchestrator:
         try:
             if expanders:
                 # Seeds come from the sources that match the query: not from the newest memories.
-                text_first = [s for s in first if s in TEXT_ONLY_SOURCES and s not in ADDABLE_SOURCES]
+                text_first = [
+                    s for s in first if s in TEXT_ONLY_SOURCES and s not in ADDABLE_SOURCES
+                ]
                 await asyncio.gather(*(tasks[s] for s in text_first))
                 found = {s: tasks[s].result()[0] for s in text_first}
                 states = [tasks[s].result()[1].status for s in text_first]
                 down = any(x in ("timeout", "error") for x in states) and all(
-                    x in ("timeout", "error", "unavailable") for x in states)
+                    x in ("timeout", "error", "unavailable") for x in states
+                )
                 if down:  # the store is not answering: another wave would only wait longer
                     expanders = ()
                 elif not any(found.values()) and not given_seeds:
@@ -350,14 +396,22 @@ class Orchestrator:
             if expanders:
                 t_exp = time.perf_counter()
                 # Off the event loop: the n-gram signal is CPU work (as in rerank).
-                seeds = await asyncio.to_thread(choose_seeds, found, p.preset, given_seeds, ctx.intent.query)
+                seeds = await asyncio.to_thread(
+                    choose_seeds, found, p.preset, given_seeds, ctx.intent.query
+                )
                 sctx = replace(ctx, seeds=seeds)
-                more = {s: asyncio.ensure_future(self._run_source(sctx, s, embedding)) for s in expanders}
+                more = {
+                    s: asyncio.ensure_future(self._run_source(sctx, s, embedding))
+                    for s in expanders
+                }
                 await asyncio.gather(*more.values())
                 stages["expand"] = (time.perf_counter() - t_exp) * 1000.0
-                log = {"expanded": True, "seeds": [x for x, _ in seeds],
-                       "seeded_from": sorted(s.value for s, c in found.items() if c),
-                       "contributed": {s.value: len(t.result()[0]) for s, t in more.items()}}
+                log = {
+                    "expanded": True,
+                    "seeds": [x for x, _ in seeds],
+                    "seeded_from": sorted(s.value for s, c in found.items() if c),
+                    "contributed": {s.value: len(t.result()[0]) for s, t in more.items()},
+                }
             await asyncio.gather(*tasks.values())
         finally:
             for t in (*tasks.values(), *more.values()):
@@ -390,11 +444,19 @@ class Orchestrator:
                 ms = (time.perf_counter() - t) * 1000.0
                 m.SOURCE_TIMEOUTS.labels(source.value).inc()
                 logger.warning("source %s: no query embedding after %.0f ms", source.value, ms)
-                return [], SourceReport(source.value, ms, 0, "timeout", f"embedding not ready after {timeout * 1000:.0f} ms")
+                return [], SourceReport(
+                    source.value,
+                    ms,
+                    0,
+                    "timeout",
+                    f"embedding not ready after {timeout * 1000:.0f} ms",
+                )
             except Exception as exc:  # the embedding failed: the vector legs cannot run
                 m.SOURCE_ERRORS.labels(source.value).inc()
                 logger.warning("source %s skipped: embedding failed: %s", source.value, exc)
-                return [], SourceReport(source.value, 0.0, 0, "error", f"embedding failed: {type(exc).__name__}")
+                return [], SourceReport(
+                    source.value, 0.0, 0, "error", f"embedding failed: {type(exc).__name__}"
+                )
         t = time.perf_counter()
         m.DB_QUERIES.labels("primary" if sctx.replica is None else "replica").inc()
         try:
@@ -408,12 +470,20 @@ class Orchestrator:
             ms = (time.perf_counter() - t) * 1000.0
             m.SOURCE_TIMEOUTS.labels(source.value).inc()
             logger.warning("source %s timed out after %.0f ms", source.value, ms)
-            return [], SourceReport(source.value, ms, 0, "timeout", f"timed out after {timeout * 1000:.0f} ms")
+            return [], SourceReport(
+                source.value, ms, 0, "timeout", f"timed out after {timeout * 1000:.0f} ms"
+            )
         except Exception as exc:  # a broken source must not fail the request
-            if sctx.replica is not None and self.router is not None and isinstance(exc, CONNECTION_ERRORS):
+            if (
+                sctx.replica is not None
+                and self.router is not None
+                and isinstance(exc, CONNECTION_ERRORS)
+            ):
                 # The replica is gone, not the data: skip it from now on, ask the primary.
                 self.router.mark_failed(sctx.replica, exc)
-                return await self._run_source(replace(ctx, pool=self.router.primary, replica=None), source, embedding)
+                return await self._run_source(
+                    replace(ctx, pool=self.router.primary, replica=None), source, embedding
+                )
             ms = (time.perf_counter() - t) * 1000.0
             m.SOURCE_ERRORS.labels(source.value).inc()
             logger.exception("source %s failed", source.value)
@@ -426,7 +496,9 @@ class Orchestrator:
             coro.close()
             m.RUN_LOG_DROPPED.inc()
             return
-        task = asyncio.get_running_loop().create_task(asyncio.wait_for(coro, self.run_log_timeout_s))
+        task = asyncio.get_running_loop().create_task(
+            asyncio.wait_for(coro, self.run_log_timeout_s)
+        )
         self._background.add(task)
         task.add_done_callback(self._done)
 
@@ -449,4 +521,3 @@ class Orchestrator:
 
 def _with_timeout(ctx: SearchContext, timeout: float) -> SearchContext:
     return replace(ctx, timeout_s=timeout)
-

@@ -64,9 +64,12 @@ class Replica:
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"replica": self.index, "healthy": self.healthy,
-                "lag_s": None if self.lag_s is None or math.isinf(self.lag_s) else round(self.lag_s, 3),
-                "error": self.error}
+        return {
+            "replica": self.index,
+            "healthy": self.healthy,
+            "lag_s": None if self.lag_s is None or math.isinf(self.lag_s) else round(self.lag_s, 3),
+            "error": self.error,
+        }
 
 
 @dataclass
@@ -101,7 +104,9 @@ class ReadRouter:
         """A healthy replica that has replayed this namespace's last write (round robin), else
         the primary (then the replica is None)."""
         need = self._written.get(namespace, 0)
-        ready = [r for r in self.replicas if r.healthy and r.pool is not None and r.replay_lsn >= need]
+        ready = [
+            r for r in self.replicas if r.healthy and r.pool is not None and r.replay_lsn >= need
+        ]
         if not ready:
             return self.primary, None
         r = ready[next(self._turn) % len(ready)]
@@ -133,7 +138,9 @@ class ReadRouter:
     def mark_failed(self, replica: Replica, exc: BaseException) -> None:
         """A read on the replica failed at the connection: skip it until a check finds it well."""
         if replica.healthy:
-            logger.warning("replica %d failed (%s): reads go elsewhere until it is healthy", replica.index, exc)
+            logger.warning(
+                "replica %d failed (%s): reads go elsewhere until it is healthy", replica.index, exc
+            )
         replica.healthy = False
         replica.error = type(exc).__name__
         m.REPLICA_HEALTHY.labels(str(replica.index)).set(0)
@@ -141,7 +148,9 @@ class ReadRouter:
     async def check(self) -> None:
         """Read every replica's state once (and the primary's WAL position to compare)."""
         try:
-            primary_lsn = lsn_value(await self.primary.fetchval(PRIMARY_LSN_SQL, timeout=self.check_timeout_s))
+            primary_lsn = lsn_value(
+                await self.primary.fetchval(PRIMARY_LSN_SQL, timeout=self.check_timeout_s)
+            )
         except Exception as exc:  # the primary is down: replicas keep their last state
             logger.warning("replica check: primary unreachable: %s", exc)
             return

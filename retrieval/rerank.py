@@ -121,7 +121,9 @@ def admit(
     return [ordered[i] for i in sorted(position[c] for c in chosen)]
 
 
-def diversify(results: Sequence[ScoredResult], key: str, per_bucket: int, limit: int) -> list[ScoredResult]:
+def diversify(
+    results: Sequence[ScoredResult], key: str, per_bucket: int, limit: int
+) -> list[ScoredResult]:
     """At most per_bucket results of one metadata[key] value before any bucket repeats; the
     order within is kept, and skipped results fill what is left."""
     if not key or per_bucket <= 0:
@@ -164,7 +166,7 @@ def fuse_weighted(
     weights: Mapping[Source, float],
     norms: Mapping[Source, str] | None = None,
 ) -> dict[int, tuple[Candidate, dict[str, float], float]]:
-    """Normalise per source (min-max unless told), then the weighted sum (spec 3.4.3)."""
+    """Normalise per source (min-max unless told), then the weighted sum."""
     out: dict[int, tuple[Candidate, dict[str, float], float]] = {}
     total_w = sum(weights.get(s, 0.0) for s in per_source if per_source[s]) or 1.0
     for source, cands in per_source.items():
@@ -179,7 +181,10 @@ def fuse_weighted(
 
 
 def rrf(
-    per_source: Mapping[Source, Sequence[Candidate]], weights: Mapping[Source, float], *, k: int = 60
+    per_source: Mapping[Source, Sequence[Candidate]],
+    weights: Mapping[Source, float],
+    *,
+    k: int = 60,
 ) -> dict[int, tuple[Candidate, dict[str, float], float]]:
     """Reciprocal rank fusion: sum of w / (k + rank), ranks from 1."""
     out: dict[int, tuple[Candidate, dict[str, float], float]] = {}
@@ -245,7 +250,9 @@ def blend_lex(score: float, lex: float, preset: Preset) -> float:
     return (1 - preset.lex_weight) * score + preset.lex_weight * lex
 
 
-def recency_factor(created_at: datetime, now: datetime, *, half_life_days: float, weight: float) -> float:
+def recency_factor(
+    created_at: datetime, now: datetime, *, half_life_days: float, weight: float
+) -> float:
     """1 - weight + weight * 0.5 ** (age / half-life): at most `weight` of a score decays away."""
     if weight <= 0:
         return 1.0
@@ -303,7 +310,7 @@ def dedupe(
     *,
     keep: int | None = None,
 ) -> tuple[list[ScoredResult], list[tuple[str, str]]]:
-    """Drop results within `threshold` cosine of a better one (spec 3.4.2) whose text is also
+    """Drop results within `threshold` cosine of a better one whose text is also
     nearly the same (character-bigram Jaccard >= text_threshold); stop after `keep` kept.
 
     The text test exists because e5 puts same-template memories of different days at cosine
@@ -339,7 +346,9 @@ def dedupe(
     return kept, dropped
 
 
-def explain(r: ScoredResult, window: TimeRange | None, recency: float, near: float, vias: Sequence[str] = ()) -> str:
+def explain(
+    r: ScoredResult, window: TimeRange | None, recency: float, near: float, vias: Sequence[str] = ()
+) -> str:
     """A short reason: which sources found it and each signal's value."""
     parts = []
     for s in r.sources:
@@ -406,11 +415,19 @@ def rerank(
     ordered = sorted(fused.values(), key=lambda x: (placed(x[0]) >= 0, x[2]), reverse=True)
     before = len(ordered)
     top = admit(ordered, per_source, preset, max(preset.rerank_top, limit))
-    lex = lex_signal(query, {c.id: expanded.chain_text.get(c.id) or (c.title or "") + c.content
-                             for c, _, _ in top}, preset)
+    lex = lex_signal(
+        query,
+        {c.id: expanded.chain_text.get(c.id) or (c.title or "") + c.content for c, _, _ in top},
+        preset,
+    )
     scored: list[tuple[bool, ScoredResult, float, float]] = []
     for cand, signals, score in top:
-        rec = recency_factor(cand.created_at, now, half_life_days=preset.recency_half_life_days, weight=preset.recency_weight)
+        rec = recency_factor(
+            cand.created_at,
+            now,
+            half_life_days=preset.recency_half_life_days,
+            weight=preset.recency_weight,
+        )
         near = placed(cand)
         sources: list[str] = [s.value for s in per_source if s.value in signals]
         signals["fused"] = score
@@ -427,8 +444,11 @@ def rerank(
     # The threshold applies to everything but memories inside a window the query named and
     # memories a source the caller added found (the newest, the states): those were asked for.
     asked = {s.value for s in ADDABLE_SOURCES}
-    passing = [r for inside, r, _, _ in scored
-               if r.score >= preset.min_score or (first and inside) or asked.intersection(r.sources)]
+    passing = [
+        r
+        for inside, r, _, _ in scored
+        if r.score >= preset.min_score or (first and inside) or asked.intersection(r.sources)
+    ]
     diverse = bool(diversify_by and per_bucket > 0)
     kept, dropped = dedupe(passing, preset.dedupe_threshold, keep=None if diverse else limit)
     if diverse:
@@ -441,7 +461,14 @@ def rerank(
             r.relevance = "near_window"
         elif first and near < 0:
             r.relevance = "outside_window"
-        r.reason = explain(r, window if first else None, rec, near, expanded.vias.get(r.candidate.id, ()))
+        r.reason = explain(
+            r, window if first else None, rec, near, expanded.vias.get(r.candidate.id, ())
+        )
         final.append(r)
-    counts = {"before": before, "considered": len(top), "duplicates": len(dropped), "after": len(final[:limit])}
+    counts = {
+        "before": before,
+        "considered": len(top),
+        "duplicates": len(dropped),
+        "after": len(final[:limit]),
+    }
     return final[:limit], counts

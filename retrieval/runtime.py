@@ -51,14 +51,19 @@ async def migrate_database(dsn: str, embedding_dim: int) -> list[int]:
         await conn.close()
 
 
-async def open_runtime(settings: Settings, *, embedder: Embedder | None = None, nlp: JapaneseNLP | None = None) -> Runtime:
+async def open_runtime(
+    settings: Settings, *, embedder: Embedder | None = None, nlp: JapaneseNLP | None = None
+) -> Runtime:
     """Start (or reach) PostgreSQL, migrate, load models, and refuse a foreign embedding model."""
     dsn = await asyncio.to_thread(resolve_dsn, settings.database_url, settings.data_dir)
     await migrate_database(dsn, settings.embedding_dim)
     if nlp is None:
-        nlp = await asyncio.to_thread(JapaneseNLP, settings.spacy_model, ner=settings.ner == "spacy")
+        nlp = await asyncio.to_thread(
+            JapaneseNLP, settings.spacy_model, ner=settings.ner == "spacy"
+        )
     if embedder is None:
         embedder = await asyncio.to_thread(create_embedder, settings)
+
     async def connect(target: str, min_size: int = settings.pool_min) -> asyncpg.Pool:
         return await create_pool(
             target,
@@ -81,7 +86,9 @@ async def open_runtime(settings: Settings, *, embedder: Embedder | None = None, 
     if not trgm["indexed"]:
         why = "is not installed" if not trgm["extension"] else "has no index on memories.content"
         missing["pg_trgm"] = f"pg_trgm {why} on this server: the trigram (names) search leg is off"
-        logger.warning("%s; names are still matched by the keyword and vector legs", missing["pg_trgm"])
+        logger.warning(
+            "%s; names are still matched by the keyword and vector legs", missing["pg_trgm"]
+        )
     analyzer = QueryAnalyzer(
         nlp,
         timezone=settings.timezone,
@@ -90,9 +97,13 @@ async def open_runtime(settings: Settings, *, embedder: Embedder | None = None, 
     )
     # Replicas are read by the router's checks from the start; one that is down now is
     # retried by every check and used once healthy.
-    router = ReadRouter(pool, [Replica(i, d) for i, d in enumerate(parse_replica_urls(settings.replica_urls))],
-                        lambda d: connect(d, min_size=1), max_lag_s=settings.replica_max_lag_s,
-                        check_every_s=settings.replica_check_s)
+    router = ReadRouter(
+        pool,
+        [Replica(i, d) for i, d in enumerate(parse_replica_urls(settings.replica_urls))],
+        lambda d: connect(d, min_size=1),
+        max_lag_s=settings.replica_max_lag_s,
+        check_every_s=settings.replica_check_s,
+    )
     if router.replicas:
         await router.check()
         router.start()

@@ -35,7 +35,12 @@ async def load_sample(settings: Settings, namespace: str = "default") -> int:
     rt = await open_runtime(settings)
     try:
         items, vectors = sample_items(datetime.now(rt.analyzer.tz))
-        use = vectors if rt.embedder.name == "intfloat/multilingual-e5-small" and vectors.shape[1] == rt.embedder.dim else None
+        use = (
+            vectors
+            if rt.embedder.name == "intfloat/multilingual-e5-small"
+            and vectors.shape[1] == rt.embedder.dim
+            else None
+        )
         rep = await ingest(rt.pool, rt.nlp, rt.embedder, items, namespace=namespace, vectors=use)
     finally:
         await rt.close()

@@ -212,7 +212,14 @@ async def _knn(ctx: SearchContext, source: Source, window: TimeRange | None) -> 
     async with leg_connection(ctx) as conn:
         sql = VECTOR_SQL
         if window is not None:
-            n = await conn.fetchval(WINDOW_COUNT_SQL, args[0], args[3], args[4], EXACT_WINDOW_MAX + 1, timeout=ctx.timeout_s)
+            n = await conn.fetchval(
+                WINDOW_COUNT_SQL,
+                args[0],
+                args[3],
+                args[4],
+                EXACT_WINDOW_MAX + 1,
+                timeout=ctx.timeout_s,
+            )
             if n <= EXACT_WINDOW_MAX:
                 sql = EXACT_VECTOR_SQL
             ctx.debug[f"{source.value}_exact"] = sql is EXACT_VECTOR_SQL
@@ -231,7 +238,7 @@ async def vector(ctx: SearchContext) -> list[Candidate]:
 
 
 async def temporal(ctx: SearchContext) -> list[Candidate]:
-    """Nearest neighbours inside the query's time window (spec 3.3.3); nothing without one."""
+    """Nearest neighbours inside the query's time window; nothing without one."""
     if ctx.window is None:
         raise Skip("the query names no time window")
     return await _knn(ctx, Source.TEMPORAL, ctx.window)
@@ -314,7 +321,9 @@ async def trigram(ctx: SearchContext) -> list[Candidate]:
     terms = [t for t, _ in pairs]
     async with leg_connection(ctx) as conn:
         weights: dict[int, float] = {}
-        for r in await conn.fetch(NAME_DF_SQL, ctx.filters.namespace, [x for _, x in pairs], timeout=ctx.timeout_s):
+        for r in await conn.fetch(
+            NAME_DF_SQL, ctx.filters.namespace, [x for _, x in pairs], timeout=ctx.timeout_s
+        ):
             # A name in more than 1% of the memories is no name to pick memories by.
             if r["df"] <= max(0.01 * r["doc_count"], 20):
                 weights[r["i"] - 1] = name_weight(r["df"], r["doc_count"])
@@ -326,7 +335,13 @@ async def trigram(ctx: SearchContext) -> list[Candidate]:
         # The trigram index or nothing: a sequential scan would ILIKE every memory.
         await conn.execute("SET LOCAL enable_seqscan = off")
         rows = await conn.fetch(
-            TRIGRAM_SQL[len(kept)], *ctx.where_args(), sum(w), ctx.k, w, *patterns, timeout=ctx.timeout_s
+            TRIGRAM_SQL[len(kept)],
+            *ctx.where_args(),
+            sum(w),
+            ctx.k,
+            w,
+            *patterns,
+            timeout=ctx.timeout_s,
         )
     return _rows(rows, Source.TRIGRAM)
 
@@ -344,8 +359,11 @@ def _coverage(t: int) -> str:
     """IDF mass of the query's terms ($t, weights $t+1) that the seed `sm` holds, and that the
     seed and the memory `m` hold together: what the hop adds to the seed."""
     q = f"unnest(${t}::text[], ${t + 1}::float8[]) AS q(term, idf)"
-    return (f"(SELECT coalesce(sum(q.idf), 0) FROM {q} WHERE sm.term_tf ? q.term) AS seed_cov, "
-            f"(SELECT coalesce(sum(q.idf), 0) FROM {q} WHERE sm.term_tf ? q.term OR m.term_tf ? q.term) AS union_cov")
+    return (
+        f"(SELECT coalesce(sum(q.idf), 0) FROM {q} WHERE sm.term_tf ? q.term) AS seed_cov, "
+        f"(SELECT coalesce(sum(q.idf), 0) FROM {q} WHERE sm.term_tf ? q.term OR m.term_tf ? q.term) AS union_cov"
+    )
+
 
 # Returns live memories one link away from a seed, either direction (a reply to a seed, the
 # question a seed replies to), with the seed, the label and the direction.
@@ -385,7 +403,8 @@ rare AS (
   WHERE (SELECT count(*) FROM (SELECT 1 FROM memory_entities x
                                WHERE x.namespace = $1 AND x.entity = ent.entity LIMIT cap.n + 1) c) <= cap.n)
 SELECT DISTINCT ON (m.id) {_COLS}, rare.seed, rare.score AS seed_score, rare.entity, sm.content AS seed_text,
-       {_coverage(12)}, coalesce(m.term_tf ? $15, false) AS has_focus, coalesce(sm.term_tf ? $15, false) AS seed_has_focus
+       {_coverage(12)}, coalesce(m.term_tf ? $15, false) AS has_focus,
+       coalesce(sm.term_tf ? $15, false) AS seed_has_focus
 FROM rare JOIN memory_entities e ON e.namespace = $1 AND e.entity = rare.entity
 JOIN memories m ON m.id = e.memory_id
 JOIN memories sm ON sm.namespace = $1 AND sm.external_id = rare.seed
@@ -463,8 +482,15 @@ async def links(ctx: SearchContext) -> list[Candidate]:
     """Memories one link from a seed: replies, the question replied to, related topics."""
     ext, scores = _seed_args(ctx)
     async with leg_connection(ctx) as conn:
-        rows = await conn.fetch(LINKS_SQL, *ctx.where_args(), ext, scores, 4 * ctx.k, *_query_terms(ctx),
-                                timeout=ctx.timeout_s)
+        rows = await conn.fetch(
+            LINKS_SQL,
+            *ctx.where_args(),
+            ext,
+            scores,
+            4 * ctx.k,
+            *_query_terms(ctx),
+            timeout=ctx.timeout_s,
+        )
     out = []
     for r, c in zip(rows, _rows(rows, Source.LINKS, score_key="seed_score"), strict=True):
         # A reply to a question is its answer: it passes on more than the question's own score.
@@ -479,9 +505,20 @@ async def entity(ctx: SearchContext) -> list[Candidate]:
     """Memories naming what a seed names (「アオバ」, 山田真由), unless too common to mean anything."""
     ext, scores = _seed_args(ctx)
     async with leg_connection(ctx) as conn:
-        rows = await conn.fetch(ENTITY_SQL, *ctx.where_args(), ext, scores, ctx.entity_max_df,
-                                ctx.entity_min_seeds, 4 * ctx.k, ENTITY_MAX_DF_SHARE, *_query_terms(ctx),
-                                normalize_entity(ctx.intent.query), ctx.intent.focus, timeout=ctx.timeout_s)
+        rows = await conn.fetch(
+            ENTITY_SQL,
+            *ctx.where_args(),
+            ext,
+            scores,
+            ctx.entity_max_df,
+            ctx.entity_min_seeds,
+            4 * ctx.k,
+            ENTITY_MAX_DF_SHARE,
+            *_query_terms(ctx),
+            normalize_entity(ctx.intent.query),
+            ctx.intent.focus,
+            timeout=ctx.timeout_s,
+        )
     # A shared name is a bridge only where the memory supplies what the seed misses of the
     # query (the deadline of the project the meeting named); a memory that adds little of it
     # is a neighbour, not an answer.
@@ -494,8 +531,14 @@ async def entity(ctx: SearchContext) -> list[Candidate]:
         # the chain answers the question, the seed only leads to it.
         c.answers_focus = bool(r["has_focus"]) and not r["seed_has_focus"]
         via = f"shares 「{r['entity']}」 with {r['seed']}"
-        out.append(_chain(r, c, FOCUS_BOOST if c.answers_focus else 1.0,
-                          via + (f", holds the asked 「{ctx.intent.focus}」" if c.answers_focus else "")))
+        out.append(
+            _chain(
+                r,
+                c,
+                FOCUS_BOOST if c.answers_focus else 1.0,
+                via + (f", holds the asked 「{ctx.intent.focus}」" if c.answers_focus else ""),
+            )
+        )
     return _best(out, ctx.k)
 
 
@@ -503,10 +546,19 @@ async def thread(ctx: SearchContext) -> list[Candidate]:
     """Memories of a seed's thread."""
     ext, scores = _seed_args(ctx)
     async with leg_connection(ctx) as conn:
-        rows = await conn.fetch(THREAD_SQL, *ctx.where_args(), ext, scores, 4 * ctx.k, *_query_terms(ctx),
-                                timeout=ctx.timeout_s)
-    out = [_chain(r, c, 1.0, f"same thread as {r['seed']}")
-           for r, c in zip(rows, _rows(rows, Source.THREAD, score_key="seed_score"), strict=True)]
+        rows = await conn.fetch(
+            THREAD_SQL,
+            *ctx.where_args(),
+            ext,
+            scores,
+            4 * ctx.k,
+            *_query_terms(ctx),
+            timeout=ctx.timeout_s,
+        )
+    out = [
+        _chain(r, c, 1.0, f"same thread as {r['seed']}")
+        for r, c in zip(rows, _rows(rows, Source.THREAD, score_key="seed_score"), strict=True)
+    ]
     return _best(out, ctx.k)
 
 
@@ -534,7 +586,9 @@ async def recent(ctx: SearchContext) -> list[Candidate]:
 async def states(ctx: SearchContext) -> list[Candidate]:
     """The newest memories of type `state` (where the user lives, what they use now)."""
     async with leg_connection(ctx) as conn:
-        rows = await conn.fetch(NEWEST_SQL, *ctx.where_args(), ctx.k, STATE_TYPE, timeout=ctx.timeout_s)
+        rows = await conn.fetch(
+            NEWEST_SQL, *ctx.where_args(), ctx.k, STATE_TYPE, timeout=ctx.timeout_s
+        )
     return _rows(rows, Source.STATES)
 
 
@@ -551,8 +605,17 @@ async def vector_global(ctx: SearchContext) -> list[Candidate]:
 
 
 # Sources that need no query vector: the orchestrator starts them before the embedding is done.
-TEXT_ONLY_SOURCES = frozenset({
-    Source.KEYWORD, Source.TRIGRAM, Source.LINKS, Source.ENTITY, Source.THREAD, Source.RECENT, Source.STATES})
+TEXT_ONLY_SOURCES = frozenset(
+    {
+        Source.KEYWORD,
+        Source.TRIGRAM,
+        Source.LINKS,
+        Source.ENTITY,
+        Source.THREAD,
+        Source.RECENT,
+        Source.STATES,
+    }
+)
 
 SOURCES: Mapping[Source, SourceFn] = MappingProxyType(
     {
@@ -568,4 +631,3 @@ SOURCES: Mapping[Source, SourceFn] = MappingProxyType(
         Source.VECTOR_GLOBAL: vector_global,
     }
 )
-

@@ -94,9 +94,17 @@ QUOTAS = _w(vector=0.2, keyword=0.2, temporal=0.2, links=0.1, entity=0.1, thread
 # multi-hop set they added nothing.
 _EXPAND: dict[str, Any] = {"expansion": EXPANSION, "quotas": QUOTAS, "entity_only_share": 0.0}
 
-SEMANTIC_ONLY = Preset(Strategy.SEMANTIC_ONLY, (Source.VECTOR, Source.KEYWORD), Fusion.WEIGHTED,
-                       _w(vector=0.7, keyword=0.3), recency_weight=0.05, lex_weight=0.6, lex_n=3, **_EXPAND)
-# Factual questions with names or terms: wording first (spec 3.2.2 raises keyword weight).
+SEMANTIC_ONLY = Preset(
+    Strategy.SEMANTIC_ONLY,
+    (Source.VECTOR, Source.KEYWORD),
+    Fusion.WEIGHTED,
+    _w(vector=0.7, keyword=0.3),
+    recency_weight=0.05,
+    lex_weight=0.6,
+    lex_n=3,
+    **_EXPAND,
+)
+# Factual questions with names or terms: wording first.
 KEYWORD_BOOST = Preset(
     Strategy.KEYWORD_BOOST,
     (Source.VECTOR, Source.KEYWORD, Source.TRIGRAM),
@@ -132,12 +140,26 @@ HYBRID = Preset(
     **_EXPAND,
 )
 # Reciprocal rank fusion of the same legs, k=60 (ref-llmless-hybrid-rerank).
-HYBRID_RRF = replace(HYBRID, fusion=Fusion.RRF, weights=_w(vector=1.0, keyword=1.0, trigram=0.0), lex_weight=0.0)
+HYBRID_RRF = replace(
+    HYBRID, fusion=Fusion.RRF, weights=_w(vector=1.0, keyword=1.0, trigram=0.0), lex_weight=0.0
+)
 # Baselines for evaluation: one leg, raw order.
-VECTOR_ONLY = Preset(Strategy.VECTOR_ONLY, (Source.VECTOR,), Fusion.WEIGHTED, _w(vector=1.0),
-                     min_score=0.0, dedupe_threshold=1.01)
-KEYWORD_ONLY = Preset(Strategy.KEYWORD_ONLY, (Source.KEYWORD,), Fusion.WEIGHTED, _w(keyword=1.0),
-                      min_score=0.0, dedupe_threshold=1.01)
+VECTOR_ONLY = Preset(
+    Strategy.VECTOR_ONLY,
+    (Source.VECTOR,),
+    Fusion.WEIGHTED,
+    _w(vector=1.0),
+    min_score=0.0,
+    dedupe_threshold=1.01,
+)
+KEYWORD_ONLY = Preset(
+    Strategy.KEYWORD_ONLY,
+    (Source.KEYWORD,),
+    Fusion.WEIGHTED,
+    _w(keyword=1.0),
+    min_score=0.0,
+    dedupe_threshold=1.01,
+)
 
 # What an added source weighs in the fusion and the share of the candidate seats it keeps
 # (options.add_sources). Not tuned: no dev set here asks for the newest memories or states.
@@ -155,12 +177,17 @@ def with_sources(preset: Preset, extra: tuple[Source, ...]) -> Preset:
         preset,
         sources=preset.sources + new,
         weights=MappingProxyType({**preset.weights, **{s: ADDED_WEIGHTS[s] for s in new}}),
-        quotas=MappingProxyType({**preset.quotas, **{s: ADDED_QUOTA for s in new}}) if preset.quotas else preset.quotas,
+        quotas=MappingProxyType({**preset.quotas, **{s: ADDED_QUOTA for s in new}})
+        if preset.quotas
+        else preset.quotas,
     )
 
 
 PRESETS: Mapping[Strategy, Preset] = MappingProxyType(
-    {p.strategy: p for p in (SEMANTIC_ONLY, KEYWORD_BOOST, TEMPORAL, HYBRID, VECTOR_ONLY, KEYWORD_ONLY)}
+    {
+        p.strategy: p
+        for p in (SEMANTIC_ONLY, KEYWORD_BOOST, TEMPORAL, HYBRID, VECTOR_ONLY, KEYWORD_ONLY)
+    }
 )
 
 
@@ -194,17 +221,22 @@ def plan(
     *,
     limit: int = 10,
     force: Strategy | None = None,
-    time_range: TimeRange | None = None,
     presets: Mapping[Strategy, Preset] = PRESETS,
 ) -> Plan:
-    """Pick a preset (or the forced one) and tune it to the query (spec 3.2.2)."""
-    window = time_range or intent.time_range
-    strategy = force or (Strategy.TEMPORAL if time_range else select_strategy(intent))
+    """Pick a preset (or the forced one) and tune it to the query."""
+    window = intent.time_range
+    strategy = force or select_strategy(intent)
     preset = presets[strategy]
     reasons = [f"forced {strategy.value}" if force else f"selected {strategy.value}"]
     if window is not None and preset.strategy == Strategy.TEMPORAL:
         reasons.append(f"window {window.relative or window.text or 'explicit'}")
-        if window.end is not None and window.relative not in ("recent", "this_week", "today", "this_month", "this_year"):
+        if window.end is not None and window.relative not in (
+            "recent",
+            "this_week",
+            "today",
+            "this_month",
+            "this_year",
+        ):
             # A named past window: age inside it says nothing about relevance.
             preset = replace(preset, recency_weight=0.0)
             reasons.append("recency decay off for a past window")

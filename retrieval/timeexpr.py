@@ -30,8 +30,17 @@ __all__ = ["LIFE_STAGES", "TimeParse", "kanji_to_int", "parse_time", "strip_span
 G = Granularity
 
 # Fuzzy edge per granularity: 先週頃 reaches three days past the week on either side.
-FUZZ = {G.DAY: 1, G.WEEK: 3, G.MONTH: 7, G.PART_OF_MONTH: 4, G.SEASON: 15, G.YEAR: 30,
-        G.FISCAL_YEAR: 30, G.HOLIDAY: 2, G.SPAN: 3}
+FUZZ = {
+    G.DAY: 1,
+    G.WEEK: 3,
+    G.MONTH: 7,
+    G.PART_OF_MONTH: 4,
+    G.SEASON: 15,
+    G.YEAR: 30,
+    G.FISCAL_YEAR: 30,
+    G.HOLIDAY: 2,
+    G.SPAN: 3,
+}
 
 # Which atom kinds may follow which inside one expression.
 _NEXT = {
@@ -45,8 +54,20 @@ _NEXT = {
 _REL_NAMES = {
     "year": {0: "this_year", -1: "last_year", -2: "year_before_last", 1: "next_year"},
     "month": {0: "this_month", -1: "last_month", -2: "month_before_last", 1: "next_month"},
-    "week": {0: "this_week", -1: "last_week", -2: "week_before_last", 1: "next_week", 2: "week_after_next"},
-    "day": {0: "today", -1: "yesterday", -2: "day_before_yesterday", 1: "tomorrow", 2: "day_after_tomorrow"},
+    "week": {
+        0: "this_week",
+        -1: "last_week",
+        -2: "week_before_last",
+        1: "next_week",
+        2: "week_after_next",
+    },
+    "day": {
+        0: "today",
+        -1: "yesterday",
+        -2: "day_before_yesterday",
+        1: "tomorrow",
+        2: "day_after_tomorrow",
+    },
 }
 
 
@@ -88,7 +109,9 @@ def _months_back(d: date, n: float) -> date:
     return out - timedelta(days=15) if n - whole >= 0.5 else out
 
 
-def _occurrence(c: _Ctx, fn: Callable[[int], tuple[date, date] | None], mode: str | int) -> tuple[date, date] | None:
+def _occurrence(
+    c: _Ctx, fn: Callable[[int], tuple[date, date] | None], mode: str | int
+) -> tuple[date, date] | None:
     """The span (a function of the year) that `mode` means: 'past' the latest begun by today,
     'last' the latest over before today, 'next' the first after today, 'this' this year's,
     a number that year's."""
@@ -146,7 +169,9 @@ def _part(first: date, end: date, which: str) -> tuple[date, date]:
 
 def _year_part(y: int, which: str) -> tuple[date, date]:
     """年末 (the second half of December) or 年明け (the first half of January) of year y."""
-    return (date(y, 12, 16), date(y + 1, 1, 1)) if which == "end" else (date(y, 1, 1), date(y, 1, 16))
+    return (
+        (date(y, 12, 16), date(y + 1, 1, 1)) if which == "end" else (date(y, 1, 1), date(y, 1, 16))
+    )
 
 
 def _weekday(c: _Ctx, wd: int, mode: str, week: int | None = None) -> date:
@@ -167,7 +192,7 @@ def _day(d: date, rel: str | None = None) -> _Window:
     return _Window(d, d + timedelta(days=1), G.DAY, rel)
 
 
-def _compose(c: _Ctx, atoms: list[Atom]) -> _Window | None:  # noqa: C901 - one case per kind
+def _compose(c: _Ctx, atoms: list[Atom]) -> _Window | None:
     """The window of one expression (atoms that stand together), or None."""
     head = atoms[0]
     kinds = [a.kind for a in atoms]
@@ -177,7 +202,9 @@ def _compose(c: _Ctx, atoms: list[Atom]) -> _Window | None:  # noqa: C901 - one 
             return None
         if inner.granularity == G.YEAR and head.value in ("begin", "end"):
             s, e = _year_part(inner.start.year, head.value)
-            return _Window(s, e, G.PART_OF_MONTH, inner.relative and f"{inner.relative}_{head.value}")
+            return _Window(
+                s, e, G.PART_OF_MONTH, inner.relative and f"{inner.relative}_{head.value}"
+            )
         s, e = _part(inner.start, inner.end, head.value)
         return _Window(s, e, G.PART_OF_MONTH, inner.relative and f"{inner.relative}_{head.value}")
     if head.kind == "year":
@@ -197,8 +224,14 @@ def _compose(c: _Ctx, atoms: list[Atom]) -> _Window | None:  # noqa: C901 - one 
             got = cal.holiday_span(nxt.value[0], y)
             return _Window(got[0], got[1], G.HOLIDAY, nxt.value[0]) if got else None
         if nxt.kind == "nowish":
-            d = c.today.replace(year=y) if not (c.today.month == 2 and c.today.day == 29) else date(y, 2, 28)
-            return _Window(d - timedelta(days=7), d + timedelta(days=8), G.SPAN, rel and f"{rel}_this_time")
+            d = (
+                c.today.replace(year=y)
+                if not (c.today.month == 2 and c.today.day == 29)
+                else date(y, 2, 28)
+            )
+            return _Window(
+                d - timedelta(days=7), d + timedelta(days=8), G.SPAN, rel and f"{rel}_this_time"
+            )
         if nxt.kind in ("part", "yearpart") and nxt.value in ("end", "begin"):
             s, e = _year_part(y, nxt.value)
             return _Window(s, e, G.PART_OF_MONTH, rel and f"{rel}_{nxt.value}")
@@ -207,10 +240,16 @@ def _compose(c: _Ctx, atoms: list[Atom]) -> _Window | None:  # noqa: C901 - one 
         kind, v = head.value
         fy = cal.fiscal_year_of(c.today) + v if kind == "rel" else v
         s, e = cal.fiscal_year(fy)
-        rel = {0: "this_fiscal_year", -1: "last_fiscal_year", 1: "next_fiscal_year"}.get(v) if kind == "rel" else None
+        rel = (
+            {0: "this_fiscal_year", -1: "last_fiscal_year", 1: "next_fiscal_year"}.get(v)
+            if kind == "rel"
+            else None
+        )
         if len(atoms) > 1 and atoms[1].value in ("end", "begin"):
             m = date(fy + 1, 3, 1) if atoms[1].value == "end" else date(fy, 4, 1)
-            return _Window(m, _month_start(m.year, m.month + 1), G.MONTH, rel and f"{rel}_{atoms[1].value}")
+            return _Window(
+                m, _month_start(m.year, m.month + 1), G.MONTH, rel and f"{rel}_{atoms[1].value}"
+            )
         return _Window(s, e, G.FISCAL_YEAR, rel)
     if head.kind == "fypart":
         fy = cal.fiscal_year_of(c.today)
@@ -219,7 +258,11 @@ def _compose(c: _Ctx, atoms: list[Atom]) -> _Window | None:  # noqa: C901 - one 
             m = m.replace(year=m.year - 1)
         return _Window(m, _month_start(m.year, m.month + 1), G.MONTH, f"fiscal_year_{head.value}")
     if head.kind == "yearpart":
-        y = c.today.year if (head.value == "begin" or c.today >= date(c.today.year, 12, 16)) else c.today.year - 1
+        y = (
+            c.today.year
+            if (head.value == "begin" or c.today >= date(c.today.year, 12, 16))
+            else c.today.year - 1
+        )
         s, e = _year_part(y, head.value)
         return _Window(s, e, G.PART_OF_MONTH, f"year_{head.value}")
     if head.kind == "month":
@@ -231,7 +274,9 @@ def _compose(c: _Ctx, atoms: list[Atom]) -> _Window | None:  # noqa: C901 - one 
             d = _weekday(c, atoms[1].value[0], "week", week=head.value)
             return _day(d, rel and f"{rel}_{d.strftime('%A').lower()}")
         if kinds[1:2] in (["part"], ["weekend"]):
-            return _Window(monday + timedelta(days=5), monday + timedelta(days=7), G.DAY, rel and f"{rel}end")
+            return _Window(
+                monday + timedelta(days=5), monday + timedelta(days=7), G.DAY, rel and f"{rel}end"
+            )
         return _Window(monday, monday + timedelta(days=7), G.WEEK, rel)
     if head.kind == "weekend":
         sat = _weekday(c, 5, head.value or "past")
@@ -264,15 +309,23 @@ def _compose(c: _Ctx, atoms: list[Atom]) -> _Window | None:  # noqa: C901 - one 
     if head.kind == "season":
         name, mode = head.value
         got = _occurrence(c, lambda y: cal.season(y, name), mode)
-        return _Window(got[0], got[1], G.SEASON, None if isinstance(mode, int) else f"{mode}_{name}") if got else None
+        return (
+            _Window(got[0], got[1], G.SEASON, None if isinstance(mode, int) else f"{mode}_{name}")
+            if got
+            else None
+        )
     if head.kind == "holiday":
         key, mode = head.value
         got = _occurrence(c, lambda y: cal.holiday_span(key, y), mode)
         return _Window(got[0], got[1], G.HOLIDAY, key) if got else None
     if head.kind == "nowish":
-        return _Window(c.today - timedelta(days=7), c.today + timedelta(days=1), G.SPAN, "around_now")
+        return _Window(
+            c.today - timedelta(days=7), c.today + timedelta(days=1), G.SPAN, "around_now"
+        )
     if head.kind == "recent":
-        return _Window(c.today - timedelta(days=c.recent_days), c.today + timedelta(days=1), G.SPAN, "recent")
+        return _Window(
+            c.today - timedelta(days=c.recent_days), c.today + timedelta(days=1), G.SPAN, "recent"
+        )
     if head.kind == "part" and head.value in ("上旬", "中旬", "下旬", "month_begin", "month_end"):
         which = {"month_begin": "begin", "month_end": "end"}.get(head.value, head.value)
         first = c.today.replace(day=1)
@@ -337,14 +390,23 @@ def _to_range(c: _Ctx, w: _Window, text: str, fuzzy: bool) -> TimeRange | None:
     if not fuzzy:
         return TimeRange(start, end, w.relative, text, w.granularity)
     m = timedelta(days=FUZZ[w.granularity])
-    return TimeRange(start, end, w.relative, text, w.granularity,
-                     max(start - m, TIME_MIN), min(end + m, TIME_MAX))
+    return TimeRange(
+        start,
+        end,
+        w.relative,
+        text,
+        w.granularity,
+        max(start - m, TIME_MIN),
+        min(end + m, TIME_MAX),
+    )
 
 
 _YEAR_HINT_RE = re.compile(r"(?<![0-9])(\d{4})年|\b(?:in )?(\d{4})\b")
 
 
-def parse_time(text: str, now: datetime, tz: str | ZoneInfo = "Asia/Tokyo", recent_days: int = 14) -> TimeParse:
+def parse_time(
+    text: str, now: datetime, tz: str | ZoneInfo = "Asia/Tokyo", recent_days: int = 14
+) -> TimeParse:
     """Find the time expressions in text; the first that resolves gives the range. Also the
     character spans of every expression found (time words are not keywords) and hints
     (a year alone, a life stage such as 高校の頃) for what cannot be dated."""

@@ -15,15 +15,34 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from retrieval.config import Settings  # noqa: E402
-from retrieval.evaluate import ensure_index, read_qrels, read_queries, run_eval  # noqa: E402
+from retrieval.config import Settings
+from retrieval.evaluate import ensure_index, read_qrels, read_queries, run_eval
 
-STRATEGIES = ["auto", "vector_only", "keyword_only", "semantic_only", "keyword_boost", "hybrid", "temporal"]
-COLS = ["mrr@10", "hit@1", "hit@5", "ndcg@10", "recall@100", "p50_ms", "p95_ms", "window_violations"]
+STRATEGIES = [
+    "auto",
+    "vector_only",
+    "keyword_only",
+    "semantic_only",
+    "keyword_boost",
+    "hybrid",
+    "temporal",
+]
+COLS = [
+    "mrr@10",
+    "hit@1",
+    "hit@5",
+    "ndcg@10",
+    "recall@100",
+    "p50_ms",
+    "p95_ms",
+    "window_violations",
+]
 
 
 async def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--corpus", type=Path, required=True)
     ap.add_argument("--queries", type=Path, required=True)
     ap.add_argument("--qrels", type=Path, required=True)
@@ -42,8 +61,19 @@ async def main() -> None:
         print("|---|" + "---|" * len(COLS))
         for s in args.strategies:
             res = await run_eval(rt, queries, qrels, namespace=ns, strategy=s, limit=100)
-            print(f"| {s} | " + " | ".join(f"{res[c]:.3f}" if "@" in c else f"{res[c]}" if c.startswith("window") else f"{res[c]:.1f}"
-                                           for c in COLS) + " |", flush=True)
+            print(
+                f"| {s} | "
+                + " | ".join(
+                    f"{res[c]:.3f}"
+                    if "@" in c
+                    else f"{res[c]}"
+                    if c.startswith("window")
+                    else f"{res[c]:.1f}"
+                    for c in COLS
+                )
+                + " |",
+                flush=True,
+            )
     finally:
         await rt.close()
 

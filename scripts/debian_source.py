@@ -16,9 +16,23 @@ from pathlib import Path
 def _apt_dirs() -> tuple[Path, Path]:
     """The sources.list file and sources.list.d folder apt itself uses."""
     try:
-        out = subprocess.run(["apt-config", "shell", "DIR", "Dir", "ETC", "Dir::Etc",
-                              "LIST", "Dir::Etc::sourcelist", "PARTS", "Dir::Etc::sourceparts"],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            [
+                "apt-config",
+                "shell",
+                "DIR",
+                "Dir",
+                "ETC",
+                "Dir::Etc",
+                "LIST",
+                "Dir::Etc::sourcelist",
+                "PARTS",
+                "Dir::Etc::sourceparts",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         vals = dict(re.findall(r"^(\w+)='(.*)'$", out, re.M))
         etc = Path("/", vals.get("DIR", "/"), vals.get("ETC", "etc/apt"))
         return etc / vals.get("LIST", "sources.list"), etc / vals.get("PARTS", "sources.list.d")
@@ -43,7 +57,9 @@ def _entries(list_file: Path, parts: Path) -> list[tuple[str, list[str]]]:
         for stanza in re.split(r"\n\s*\n", f.read_text(errors="replace")):
             fields = dict(
                 (k.strip().lower(), v.strip())
-                for k, _, v in (ln.partition(":") for ln in stanza.splitlines() if not ln.startswith("#"))
+                for k, _, v in (
+                    ln.partition(":") for ln in stanza.splitlines() if not ln.startswith("#")
+                )
                 if v
             )
             if "deb" in fields.get("types", "").split() and fields.get("enabled", "yes") != "no":

@@ -14,14 +14,37 @@ from locust import HttpUser, between, task
 
 NAMESPACE = os.environ.get("RETRIEVAL_LOAD_NAMESPACE", "default")
 
-TEMPORAL = ["先週のジムでの筋トレ", "昨日の映画", "今月のランニング", "2025年3月の設計レビュー", "最近の体調",
-            "3日前のランチ", "what did I do last week", "notes from yesterday"]
-KEYWORD = ["HNSWインデックスの再構築はいつ？", "宏啓さんがレビューしたのは何？", "RTX-4090のサーバーはどこ？",
-           "プロジェクトXの締切はいつ？", "Who reviewed the GIN index?", "When was the load test run?"]
-CONCEPTUAL = ["Resonant Engineとは", "想起の共鳴について教えて", "呼吸のリズムとは何か",
-              "What is reciprocal rank fusion?"]
-OTHER = ["マイグレーションはどうやって実行する？", "ベクトル検索とキーワード検索の違い", "ダッシュボードの設定手順",
-         "how to restore the database from a backup", "compare HNSW and exact search latency"]
+TEMPORAL = [
+    "先週のジムでの筋トレ",
+    "昨日の映画",
+    "今月のランニング",
+    "2025年3月の設計レビュー",
+    "最近の体調",
+    "3日前のランチ",
+    "what did I do last week",
+    "notes from yesterday",
+]
+KEYWORD = [
+    "HNSWインデックスの再構築はいつ？",
+    "宏啓さんがレビューしたのは何？",
+    "RTX-4090のサーバーはどこ？",
+    "プロジェクトXの締切はいつ？",
+    "Who reviewed the GIN index?",
+    "When was the load test run?",
+]
+CONCEPTUAL = [
+    "Resonant Engineとは",
+    "想起の共鳴について教えて",
+    "呼吸のリズムとは何か",
+    "What is reciprocal rank fusion?",
+]
+OTHER = [
+    "マイグレーションはどうやって実行する？",
+    "ベクトル検索とキーワード検索の違い",
+    "ダッシュボードの設定手順",
+    "how to restore the database from a backup",
+    "compare HNSW and exact search latency",
+]
 
 
 class ContextAssembler(HttpUser):
@@ -30,8 +53,10 @@ class ContextAssembler(HttpUser):
     def _retrieve(self, query: str, name: str, conversation: bool = False) -> None:
         body: dict = {"query": query, "namespace": NAMESPACE, "options": {"limit": 10}}
         if conversation:
-            body["recent_conversation"] = [{"role": "user", "content": "Memory Storeの話の続き"},
-                                           {"role": "assistant", "content": "はい、スキーマの件ですね"}]
+            body["recent_conversation"] = [
+                {"role": "user", "content": "Memory Storeの話の続き"},
+                {"role": "assistant", "content": "はい、スキーマの件ですね"},
+            ]
         with self.client.post("/v1/retrieve", json=body, name=name, catch_response=True) as r:
             if r.status_code != 200:
                 r.failure(f"HTTP {r.status_code}")

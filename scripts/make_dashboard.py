@@ -1,6 +1,6 @@
 """Writes grafana/dashboards/retrieval.json from the panel list below (run after editing it).
 
-    python scripts/make_dashboard.py
+python scripts/make_dashboard.py
 """
 
 from __future__ import annotations
@@ -13,59 +13,146 @@ Q = "histogram_quantile({q}, sum(rate({m}_bucket[$__rate_interval])) by (le{by})
 
 # (title, unit, [(legend, expr)]) — one row of three panels at a time.
 PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
-    ("Retrieval latency (p50 / p95 / p99)", "ms", [
-        (f"p{int(q * 100)}", Q.format(q=q, m="retrieval_latency_ms", by="")) for q in (0.5, 0.95, 0.99)]),
-    ("p95 latency by strategy", "ms", [("{{strategy}}", Q.format(q=0.95, m="retrieval_latency_ms", by=", strategy"))]),
-    ("p95 latency by source", "ms", [("{{source}}", Q.format(q=0.95, m="retrieval_search_latency_ms", by=", source"))]),
-    ("Requests per second by strategy", "reqps", [
-        ("{{strategy}}", "sum(rate(retrieval_strategy_usage_total[$__rate_interval])) by (strategy)")]),
-    ("Strategy usage share", "percentunit", [
-        ("{{strategy}}", "sum(increase(retrieval_strategy_usage_total[$__range])) by (strategy)"
-                         " / ignoring(strategy) group_left sum(increase(retrieval_strategy_usage_total[$__range]))")]),
-    ("Empty-result rate", "percentunit", [
-        ("empty", "sum(rate(retrieval_empty_results_total[$__rate_interval]))"
-                  " / sum(rate(retrieval_strategy_usage_total[$__rate_interval]))")]),
-    ("Source timeouts per second", "ops", [
-        ("{{source}}", "sum(rate(retrieval_source_timeouts_total[$__rate_interval])) by (source)")]),
-    ("Source errors per second", "ops", [
-        ("{{source}}", "sum(rate(retrieval_source_errors_total[$__rate_interval])) by (source)")]),
-    ("Degraded answers per second", "ops", [
-        ("{{strategy}}", "sum(rate(retrieval_degraded_total[$__rate_interval])) by (strategy)")]),
-    ("Results before / after rerank (mean)", "short", [
-        ("before", "sum(rate(retrieval_results_before_rerank_sum[$__rate_interval]))"
-                   " / sum(rate(retrieval_results_before_rerank_count[$__rate_interval]))"),
-        ("after", "sum(rate(retrieval_results_after_rerank_sum[$__rate_interval]))"
-                  " / sum(rate(retrieval_results_after_rerank_count[$__rate_interval]))")]),
-    ("Stage latency p95 (analyze, embed, rerank)", "ms", [
-        ("{{stage}}", Q.format(q=0.95, m="retrieval_stage_latency_ms", by=", stage")),
-        ("rerank", Q.format(q=0.95, m="retrieval_rerank_latency_ms", by=""))]),
-    ("Ingest rate (memories per second)", "ops", [
-        ("{{op}}", "sum(rate(retrieval_ingested_memories_total[$__rate_interval])) by (op)")]),
-    ("HTTP requests per second by route and status", "reqps", [
-        ("{{route}} {{status}}", "sum(rate(retrieval_http_requests_total[$__rate_interval])) by (route, status)")]),
-    ("HTTP p95 latency by route", "ms", [
-        ("{{route}}", Q.format(q=0.95, m="retrieval_http_request_latency_ms", by=", route"))]),
-    ("Negative feedback per second", "ops", [
-        ("{{kind}}", "sum(rate(retrieval_feedback_total[$__rate_interval])) by (kind)")]),
+    (
+        "Retrieval latency (p50 / p95 / p99)",
+        "ms",
+        [
+            (f"p{int(q * 100)}", Q.format(q=q, m="retrieval_latency_ms", by=""))
+            for q in (0.5, 0.95, 0.99)
+        ],
+    ),
+    (
+        "p95 latency by strategy",
+        "ms",
+        [("{{strategy}}", Q.format(q=0.95, m="retrieval_latency_ms", by=", strategy"))],
+    ),
+    (
+        "p95 latency by source",
+        "ms",
+        [("{{source}}", Q.format(q=0.95, m="retrieval_search_latency_ms", by=", source"))],
+    ),
+    (
+        "Requests per second by strategy",
+        "reqps",
+        [
+            (
+                "{{strategy}}",
+                "sum(rate(retrieval_strategy_usage_total[$__rate_interval])) by (strategy)",
+            )
+        ],
+    ),
+    (
+        "Strategy usage share",
+        "percentunit",
+        [
+            (
+                "{{strategy}}",
+                "sum(increase(retrieval_strategy_usage_total[$__range])) by (strategy)"
+                " / ignoring(strategy) group_left sum(increase(retrieval_strategy_usage_total[$__range]))",
+            )
+        ],
+    ),
+    (
+        "Empty-result rate",
+        "percentunit",
+        [
+            (
+                "empty",
+                "sum(rate(retrieval_empty_results_total[$__rate_interval]))"
+                " / sum(rate(retrieval_strategy_usage_total[$__rate_interval]))",
+            )
+        ],
+    ),
+    (
+        "Source timeouts per second",
+        "ops",
+        [
+            (
+                "{{source}}",
+                "sum(rate(retrieval_source_timeouts_total[$__rate_interval])) by (source)",
+            )
+        ],
+    ),
+    (
+        "Source errors per second",
+        "ops",
+        [("{{source}}", "sum(rate(retrieval_source_errors_total[$__rate_interval])) by (source)")],
+    ),
+    (
+        "Degraded answers per second",
+        "ops",
+        [("{{strategy}}", "sum(rate(retrieval_degraded_total[$__rate_interval])) by (strategy)")],
+    ),
+    (
+        "Results before / after rerank (mean)",
+        "short",
+        [
+            (
+                "before",
+                "sum(rate(retrieval_results_before_rerank_sum[$__rate_interval]))"
+                " / sum(rate(retrieval_results_before_rerank_count[$__rate_interval]))",
+            ),
+            (
+                "after",
+                "sum(rate(retrieval_results_after_rerank_sum[$__rate_interval]))"
+                " / sum(rate(retrieval_results_after_rerank_count[$__rate_interval]))",
+            ),
+        ],
+    ),
+    (
+        "Stage latency p95 (analyze, embed, rerank)",
+        "ms",
+        [
+            ("{{stage}}", Q.format(q=0.95, m="retrieval_stage_latency_ms", by=", stage")),
+            ("rerank", Q.format(q=0.95, m="retrieval_rerank_latency_ms", by="")),
+        ],
+    ),
+    (
+        "Ingest rate (memories per second)",
+        "ops",
+        [("{{op}}", "sum(rate(retrieval_ingested_memories_total[$__rate_interval])) by (op)")],
+    ),
+    (
+        "HTTP requests per second by route and status",
+        "reqps",
+        [
+            (
+                "{{route}} {{status}}",
+                "sum(rate(retrieval_http_requests_total[$__rate_interval])) by (route, status)",
+            )
+        ],
+    ),
+    (
+        "HTTP p95 latency by route",
+        "ms",
+        [("{{route}}", Q.format(q=0.95, m="retrieval_http_request_latency_ms", by=", route"))],
+    ),
+    (
+        "Negative feedback per second",
+        "ops",
+        [("{{kind}}", "sum(rate(retrieval_feedback_total[$__rate_interval])) by (kind)")],
+    ),
 ]
 
 
 def dashboard() -> dict:
     panels = []
     for i, (title, unit, targets) in enumerate(PANELS):
-        panels.append({
-            "id": i + 1,
-            "type": "timeseries",
-            "title": title,
-            "datasource": DS,
-            "gridPos": {"h": 8, "w": 8, "x": (i % 3) * 8, "y": (i // 3) * 8},
-            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-            "options": {"legend": {"displayMode": "list", "placement": "bottom"}},
-            "targets": [
-                {"refId": chr(65 + j), "datasource": DS, "expr": expr, "legendFormat": legend}
-                for j, (legend, expr) in enumerate(targets)
-            ],
-        })
+        panels.append(
+            {
+                "id": i + 1,
+                "type": "timeseries",
+                "title": title,
+                "datasource": DS,
+                "gridPos": {"h": 8, "w": 8, "x": (i % 3) * 8, "y": (i // 3) * 8},
+                "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+                "options": {"legend": {"displayMode": "list", "placement": "bottom"}},
+                "targets": [
+                    {"refId": chr(65 + j), "datasource": DS, "expr": expr, "legendFormat": legend}
+                    for j, (legend, expr) in enumerate(targets)
+                ],
+            }
+        )
     return {
         "uid": "retrieval-orchestrator",
         "title": "Retrieval Orchestrator",

@@ -5,5 +5,6 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh --dev
 bash scripts/ensure_prometheus.sh || true
 .venv/bin/ruff check retrieval db tests scripts
+.venv/bin/ruff format --check retrieval db tests scripts
 .venv/bin/mypy
 .venv/bin/python -m pytest "$@"

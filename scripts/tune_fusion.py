@@ -22,12 +22,12 @@ from types import MappingProxyType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from retrieval.config import Settings  # noqa: E402
-from retrieval.evaluate import ensure_index, read_qrels, read_queries, score  # noqa: E402
-from retrieval.models import Filters, Fusion, Source  # noqa: E402
-from retrieval.rerank import rerank  # noqa: E402
-from retrieval.sources import SOURCES, SearchContext  # noqa: E402
-from retrieval.strategy import HYBRID, PRESETS, _w, plan  # noqa: E402
+from retrieval.config import Settings
+from retrieval.evaluate import ensure_index, read_qrels, read_queries, score
+from retrieval.models import Filters, Fusion, Source
+from retrieval.rerank import rerank
+from retrieval.sources import SOURCES, SearchContext
+from retrieval.strategy import HYBRID, PRESETS, _w, plan
 
 
 async def collect(args: argparse.Namespace) -> None:
@@ -41,8 +41,15 @@ async def collect(args: argparse.Namespace) -> None:
         intent = rt.analyzer.analyze(q.text, q.now)
         vec = rt.embedder.embed_query(q.text)
         p = plan(intent)
-        ctx = SearchContext(pool=rt.pool, intent=intent, vectors=[vec], filters=Filters(namespace=ns), k=100,
-                            window=p.time_range, timeout_s=10)
+        ctx = SearchContext(
+            pool=rt.pool,
+            intent=intent,
+            vectors=[vec],
+            filters=Filters(namespace=ns),
+            k=100,
+            window=p.time_range,
+            timeout_s=10,
+        )
         per = {}
         for s in (Source.VECTOR, Source.KEYWORD, Source.TRIGRAM, Source.TEMPORAL):
             per[s] = await SOURCES[s](ctx)
@@ -84,14 +91,28 @@ def grid(args: argparse.Namespace) -> None:
     rrf = replace(HYBRID, fusion=Fusion.RRF, weights=_w(vector=1.0, keyword=1.0), min_score=0.0)
     if not args.no_baselines:
         print(f"{'rrf v+k':40s}", evaluate(data, qrels, lambda s: rrf))
-    for wv, wk, wt, lex, kn, n in itertools.product(args.wv, args.wk, args.wt, args.lex, args.knorm, args.lexn):
-        p = replace(HYBRID, weights=_w(vector=wv, keyword=wk, trigram=wt), min_score=0.0, recency_weight=0.0,
-                    lex_weight=lex, lex_n=n, norms=MappingProxyType({Source.KEYWORD: kn, Source.TRIGRAM: kn}))
-        print(f"{f'v={wv} k={wk} t={wt} lex={lex}/{n} knorm={kn}':44s}", evaluate(data, qrels, lambda s, p=p: p))
+    for wv, wk, wt, lex, kn, n in itertools.product(
+        args.wv, args.wk, args.wt, args.lex, args.knorm, args.lexn
+    ):
+        p = replace(
+            HYBRID,
+            weights=_w(vector=wv, keyword=wk, trigram=wt),
+            min_score=0.0,
+            recency_weight=0.0,
+            lex_weight=lex,
+            lex_n=n,
+            norms=MappingProxyType({Source.KEYWORD: kn, Source.TRIGRAM: kn}),
+        )
+        print(
+            f"{f'v={wv} k={wk} t={wt} lex={lex}/{n} knorm={kn}':44s}",
+            evaluate(data, qrels, lambda s, p=p: p),
+        )
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect")
     c.add_argument("--corpus", type=Path, required=True)

@@ -16,7 +16,9 @@ from tests.helpers import KEY_ALL, KEY_TEAM_A
 
 @pytest.fixture(scope="session")
 def settings(tmp_path_factory: pytest.TempPathFactory):
-    data_dir = Path(os.environ.get("RETRIEVAL_TEST_DATA_DIR") or tmp_path_factory.mktemp("pgdata") / "db")
+    data_dir = Path(
+        os.environ.get("RETRIEVAL_TEST_DATA_DIR") or tmp_path_factory.mktemp("pgdata") / "db"
+    )
     yield Settings(data_dir=data_dir, source_timeout_ms=5000)
     if not os.environ.get("RETRIEVAL_TEST_DATA_DIR") and not os.environ.get("DATABASE_URL"):
         from db.embedded import stop_embedded
@@ -60,14 +62,13 @@ def ns() -> str:
     return f"t-{uuid.uuid4().hex[:12]}"
 
 
-
-
 @pytest.fixture
 async def client(rt):
     app = create_app(rt.settings, runtime=rt)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://t"
-    ) as c:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c,
+    ):
         yield c
 
 
@@ -76,7 +77,8 @@ async def authed(rt):
     """An app with two keys: one for every namespace, one for `team-a` only."""
     s = rt.settings.model_copy(update={"api_keys": f"{KEY_ALL},{KEY_TEAM_A}:team-a"})
     app = create_app(s, runtime=rt)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://t"
-    ) as c:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c,
+    ):
         yield c

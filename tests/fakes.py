@@ -23,7 +23,9 @@ class FakeEmbedder:
         v = np.zeros(self.dim, dtype=np.float32)
         t = "".join(text.split())
         for i in range(max(len(t) - 1, 1)):
-            h = int.from_bytes(hashlib.blake2b(t[i : i + 2].encode(), digest_size=4).digest(), "little")
+            h = int.from_bytes(
+                hashlib.blake2b(t[i : i + 2].encode(), digest_size=4).digest(), "little"
+            )
             v[h % self.dim] += 1.0
         n = np.linalg.norm(v)
         return v / n if n else v
@@ -32,10 +34,16 @@ class FakeEmbedder:
         return self._one(text)
 
     def embed_passages(self, texts: list[str]) -> np.ndarray:
-        return np.stack([self._one(t) for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+        return (
+            np.stack([self._one(t) for t in texts])
+            if texts
+            else np.zeros((0, self.dim), np.float32)
+        )
 
 
-def cand(id: int, score: float, source: Source, content: str = "", created_at=None, emb=None) -> Candidate:
+def cand(
+    id: int, score: float, source: Source, content: str = "", created_at=None, emb=None
+) -> Candidate:
     from datetime import datetime
 
     return Candidate(

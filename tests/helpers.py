@@ -40,8 +40,21 @@ def running_server(
     port = free_port()
     log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"retrieval-serve-{port}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
-        [sys.executable, "-m", "retrieval.cli", "serve", "--host", "127.0.0.1", "--port", str(port), *args],
-        cwd=ROOT, env={**os.environ, "DATABASE_URL": dsn, **(env or {})}, stdout=log, stderr=log,
+        [
+            sys.executable,
+            "-m",
+            "retrieval.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            *args,
+        ],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": dsn, **(env or {})},
+        stdout=log,
+        stderr=log,
     )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -73,17 +73,32 @@ def test_bad_dictionary_is_refused(tmp_path):
 
 def test_selector_decision_tree():
     base = dict(query="q", keywords=("x",))
-    assert select_strategy(QueryIntent(query_type=QueryType.CONCEPTUAL, **base)) == Strategy.SEMANTIC_ONLY
-    assert select_strategy(QueryIntent(query_type=QueryType.FACTUAL, **base)) == Strategy.KEYWORD_BOOST
-    assert select_strategy(QueryIntent(query="q", query_type=QueryType.FACTUAL, keywords=())) == Strategy.HYBRID
+    assert (
+        select_strategy(QueryIntent(query_type=QueryType.CONCEPTUAL, **base))
+        == Strategy.SEMANTIC_ONLY
+    )
+    assert (
+        select_strategy(QueryIntent(query_type=QueryType.FACTUAL, **base)) == Strategy.KEYWORD_BOOST
+    )
+    assert (
+        select_strategy(QueryIntent(query="q", query_type=QueryType.FACTUAL, keywords=()))
+        == Strategy.HYBRID
+    )
     assert select_strategy(QueryIntent(query_type=QueryType.PROCEDURAL, **base)) == Strategy.HYBRID
     tr = TimeRange(NOW, NOW, "today")
-    assert select_strategy(QueryIntent(query_type=QueryType.CONCEPTUAL, time_range=tr, **base)) == Strategy.TEMPORAL
+    assert (
+        select_strategy(QueryIntent(query_type=QueryType.CONCEPTUAL, time_range=tr, **base))
+        == Strategy.TEMPORAL
+    )
 
 
 def test_plan_force_and_recency_off_for_past_window():
-    intent = QueryIntent(query="q", query_type=QueryType.FACTUAL, keywords=("x",),
-                         time_range=TimeRange(NOW, NOW, "last_week"))
+    intent = QueryIntent(
+        query="q",
+        query_type=QueryType.FACTUAL,
+        keywords=("x",),
+        time_range=TimeRange(NOW, NOW, "last_week"),
+    )
     p = plan(intent)
     assert p.strategy == Strategy.TEMPORAL and p.preset.recency_weight == 0.0
     assert plan(intent, force=Strategy.SEMANTIC_ONLY).strategy == Strategy.SEMANTIC_ONLY

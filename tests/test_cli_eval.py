@@ -26,7 +26,10 @@ def test_help_lists_every_command(capsys):
 
 
 def test_analyze_json(capsys):
-    assert main(["analyze", "先週話したIntentの内容", "--now", "2026-11-22T12:00:00+09:00", "--json"]) == 0
+    assert (
+        main(["analyze", "先週話したIntentの内容", "--now", "2026-11-22T12:00:00+09:00", "--json"])
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["strategy"] == "temporal" and out["time_range"]["relative"] == "last_week"
     assert out["time_range"]["start"].startswith("2026-11-09") and "intent" in out["keywords"]
@@ -46,7 +49,10 @@ def test_migrate_query_and_ingest_errors(env, ns, tmp_path, capsys):
     assert main(["migrate"]) == 0
     assert "up to date" in capsys.readouterr().out
     f = tmp_path / "m.jsonl"
-    f.write_text(json.dumps({"id": "q1", "content": "Grafanaのダッシュボードを設定した"}, ensure_ascii=False) + "\n")
+    f.write_text(
+        json.dumps({"id": "q1", "content": "Grafanaのダッシュボードを設定した"}, ensure_ascii=False)
+        + "\n"
+    )
     assert main(["ingest", str(f), "--namespace", ns]) == 0
     assert main(["query", "ダッシュボードの設定", "--namespace", ns, "--limit", "3"]) == 0
     out = capsys.readouterr().out
@@ -60,11 +66,23 @@ def test_eval_on_temporal_dev(env, capsys):
     d = shared_file("eval", "temporal_dev")
     if not d.exists():
         pytest.skip("shared/eval not present")
-    args = ["eval", "--corpus", str(d / "corpus.jsonl"), "--queries", str(d / "queries.jsonl"),
-            "--qrels", str(d / "qrels.tsv"), "--json"]
+    args = [
+        "eval",
+        "--corpus",
+        str(d / "corpus.jsonl"),
+        "--queries",
+        str(d / "queries.jsonl"),
+        "--qrels",
+        str(d / "qrels.tsv"),
+        "--json",
+    ]
     assert main(args) == 0
     cap = capsys.readouterr()
-    first = json.loads(cap.out.strip().splitlines()[-1]) if cap.out.strip() else pytest.fail(cap.err[-2000:])
+    first = (
+        json.loads(cap.out.strip().splitlines()[-1])
+        if cap.out.strip()
+        else pytest.fail(cap.err[-2000:])
+    )
     assert first["n_queries"] == 63 and first["hit@5"] >= 0.95
     assert first["windowed_queries"] > 0 and first["window_violations"] == 0
     assert "temporal" in first["by_strategy"]
@@ -74,7 +92,22 @@ def test_eval_on_temporal_dev(env, capsys):
 
 
 def test_bench_small(env, capsys):
-    assert main(["bench", "--memories", "300", "--queries", "12", "--concurrency", "2", "--no-http", "--json"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--memories",
+                "300",
+                "--queries",
+                "12",
+                "--concurrency",
+                "2",
+                "--no-http",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["memories"] == 300
     assert {"analyze", "embed", "rerank", "total", "vector"} <= set(out["stages"])

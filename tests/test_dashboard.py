@@ -61,10 +61,16 @@ def test_every_panel_returns_data_on_a_real_prometheus(rt, tmp_path):
             pytest.fail("prometheus is required in CI (scripts/ensure_prometheus.sh installs it)")
         pytest.skip("prometheus not installed (apt-get install prometheus)")
     api_port, prom_port = _free_port(), _free_port()
-    env = {**os.environ, "RETRIEVAL_DATA_DIR": str(rt.settings.data_dir), "OMP_WAIT_POLICY": "passive"}
+    env = {
+        **os.environ,
+        "RETRIEVAL_DATA_DIR": str(rt.settings.data_dir),
+        "OMP_WAIT_POLICY": "passive",
+    }
     svc = subprocess.Popen(
         [sys.executable, "-m", "retrieval.cli", "serve", "--port", str(api_port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     cfg = tmp_path / "prometheus.yml"
     cfg.write_text(
@@ -73,9 +79,14 @@ def test_every_panel_returns_data_on_a_real_prometheus(rt, tmp_path):
         f"  - job_name: retrieval\n    static_configs: [{{targets: ['127.0.0.1:{api_port}']}}]\n"
     )
     promp = subprocess.Popen(
-        [prom, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{prom_port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            prom,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         base = f"http://127.0.0.1:{api_port}"
@@ -83,17 +94,40 @@ def test_every_panel_returns_data_on_a_real_prometheus(rt, tmp_path):
         _wait(f"http://127.0.0.1:{prom_port}/-/ready", 60)
         ns = "dash-" + str(api_port)
         with httpx.Client(base_url=base, timeout=30) as c:
-            r = c.post("/v1/memories", json={"namespace": ns, "memories": [
-                {"id": f"d{i}", "content": f"ダッシュボード確認用のメモ{i}: ジムで筋トレ",
-                 "created_at": "2026-11-18T10:00:00+09:00"} for i in range(5)]})
+            r = c.post(
+                "/v1/memories",
+                json={
+                    "namespace": ns,
+                    "memories": [
+                        {
+                            "id": f"d{i}",
+                            "content": f"ダッシュボード確認用のメモ{i}: ジムで筋トレ",
+                            "created_at": "2026-11-18T10:00:00+09:00",
+                        }
+                        for i in range(5)
+                    ],
+                },
+            )
             assert r.status_code == 200, r.text
-            queries = ["先週のジムでの筋トレ", "ダッシュボードとは", "メモ3は誰が書いた？", "存在しない話題xyz",
-                       "how to restore a backup", "筋トレと散歩の違い"]
+            queries = [
+                "先週のジムでの筋トレ",
+                "ダッシュボードとは",
+                "メモ3は誰が書いた？",
+                "存在しない話題xyz",
+                "how to restore a backup",
+                "筋トレと散歩の違い",
+            ]
             deadline = time.time() + 12
             i = 0
             while time.time() < deadline:  # bounded load against our own loopback service
-                c.post("/v1/retrieve", json={"query": queries[i % len(queries)], "namespace": ns,
-                                             "options": {"now": "2026-11-22T12:00:00+09:00"}})
+                c.post(
+                    "/v1/retrieve",
+                    json={
+                        "query": queries[i % len(queries)],
+                        "namespace": ns,
+                        "options": {"now": "2026-11-22T12:00:00+09:00"},
+                    },
+                )
                 i += 1
             c.post("/v1/feedback", json={"namespace": ns, "memory_id": "d0", "negative": True})
             c.post("/v1/retrieve", json={"query": "   "})  # a 422, for the HTTP panels
@@ -103,7 +137,9 @@ def test_every_panel_returns_data_on_a_real_prometheus(rt, tmp_path):
         with httpx.Client(base_url=f"http://127.0.0.1:{prom_port}", timeout=10) as pc:
             for panel in dash["panels"]:
                 for target in panel["targets"]:
-                    expr = target["expr"].replace("$__rate_interval", "30s").replace("$__range", "5m")
+                    expr = (
+                        target["expr"].replace("$__rate_interval", "30s").replace("$__range", "5m")
+                    )
                     res = pc.get("/api/v1/query", params={"query": expr}).json()
                     assert res["status"] == "success", (panel["title"], res)
                     if not res["data"]["result"]:

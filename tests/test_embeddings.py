@@ -29,7 +29,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b'{"error": "nope"}')
             return
         dim = 3 if body["model"] == "wrong-dim" else 4
-        data = [{"index": i, "embedding": [float(len(t)), 1.0, 0.0, 0.0][:dim]} for i, t in enumerate(body["input"])]
+        data = [
+            {"index": i, "embedding": [float(len(t)), 1.0, 0.0, 0.0][:dim]}
+            for i, t in enumerate(body["input"])
+        ]
         out = json.dumps({"data": list(reversed(data))}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -48,7 +51,9 @@ def server():
 
 
 def test_openai_embedder_order_prefix_auth(server):
-    e = OpenAIEmbedder(server, "e5-like", 4, api_key="sk-test", query_prefix="query: ", passage_prefix="passage: ")
+    e = OpenAIEmbedder(
+        server, "e5-like", 4, api_key="sk-test", query_prefix="query: ", passage_prefix="passage: "
+    )
     m = e.embed_passages(["a", "bbb"])
     assert m.shape == (2, 4)
     assert np.allclose(np.linalg.norm(m, axis=1), 1.0)
@@ -86,7 +91,14 @@ def test_unreachable_endpoint():
 
 
 def test_create_embedder_from_settings(server):
-    e = create_embedder(Settings(embedder="openai", openai_base_url=server, embedding_model="intfloat/multilingual-e5-small", embedding_dim=4))
+    e = create_embedder(
+        Settings(
+            embedder="openai",
+            openai_base_url=server,
+            embedding_model="intfloat/multilingual-e5-small",
+            embedding_dim=4,
+        )
+    )
     assert isinstance(e, OpenAIEmbedder) and e.query_prefix == "query: "
     with pytest.raises(EmbeddingError, match="384"):
         create_embedder(Settings(embedding_dim=768))

@@ -16,11 +16,19 @@ from tests.fakes import cand
 NOW = datetime(2026, 11, 22, 12, tzinfo=UTC)
 
 PROJECT = [
-    {"id": "intro", "content": "山田真由さんと新しいプロジェクト「ヒスイ」の打ち合わせをした。場所は京都。"},
+    {
+        "id": "intro",
+        "content": "山田真由さんと新しいプロジェクト「ヒスイ」の打ち合わせをした。場所は京都。",
+    },
     {"id": "deadline", "content": "「ヒスイ」の締め切りは2月13日に決まった。"},
     {"id": "budget", "content": "「ヒスイ」の予算は1120万円で承認された。"},
     {"id": "ask", "content": "ヒスイの次の集まりの場所、決まった？", "thread": "hisui"},
-    {"id": "reply", "content": "オンラインに決まったよ。", "links": [{"to": "ask", "label": "reply_to"}], "thread": "hisui"},
+    {
+        "id": "reply",
+        "content": "オンラインに決まったよ。",
+        "links": [{"to": "ask", "label": "reply_to"}],
+        "thread": "hisui",
+    },
     {"id": "other", "content": "「スバル」の締め切りは1月14日に決まった。"},
 ]
 
@@ -35,9 +43,13 @@ async def _ask(rt, ns, q, **kw):
 
 
 def test_entities_are_extracted_with_weights(nlp):
-    text = "山田真由さんと新しいプロジェクト「ヒスイ」の打ち合わせをした。場所は京都。RTX-4090も使う。"
+    text = (
+        "山田真由さんと新しいプロジェクト「ヒスイ」の打ち合わせをした。場所は京都。RTX-4090も使う。"
+    )
     got = dict(memory_entities(text, nlp.tokens(text)))
-    assert got["ヒスイ"] == 1.0 and got["山田真由"] == 0.8 and got["京都"] == 0.4 and "rtx-4090" in got
+    assert (
+        got["ヒスイ"] == 1.0 and got["山田真由"] == 0.8 and got["京都"] == 0.4 and "rtx-4090" in got
+    )
 
 
 async def test_a_reply_is_reached_through_its_link_and_answers_the_question(rt, ns):
@@ -60,17 +72,34 @@ async def test_an_entity_hop_finds_what_the_question_asks_of_a_named_person(rt, 
     # the question's words but not the name.
     assert "deadline" in ids[:3] and ids.index("deadline") < ids.index("other"), ids
     hop = resp.results[ids.index("deadline")]
-    assert "shares 「ヒスイ」 with intro, holds the asked 「締め切り」" in hop.reason and "entity" in hop.sources
+    assert (
+        "shares 「ヒスイ」 with intro, holds the asked 「締め切り」" in hop.reason
+        and "entity" in hop.sources
+    )
     assert resp.metadata.query_intent.focus == "締め切り"
     assert resp.metadata.search_breakdown["entity"].status == "ok"
     assert "expand" in resp.metadata.stage_latency_ms
 
 
 async def test_links_wait_for_their_target_never_cross_namespaces_and_go_with_their_memory(rt, ns):
-    await _put(rt, ns, [{"id": "r", "content": "オンラインに決まったよ。", "links": [{"to": "q", "label": "reply_to"}]}])
+    await _put(
+        rt,
+        ns,
+        [
+            {
+                "id": "r",
+                "content": "オンラインに決まったよ。",
+                "links": [{"to": "q", "label": "reply_to"}],
+            }
+        ],
+    )
     async with rt.pool.acquire() as conn:
-        assert await conn.fetchval("SELECT count(*) FROM memory_links WHERE namespace = $1", ns) == 1
-    await _put(rt, ns, [{"id": "q", "content": "ヒスイの次の集まりの場所、決まった？"}])  # arrives later
+        assert (
+            await conn.fetchval("SELECT count(*) FROM memory_links WHERE namespace = $1", ns) == 1
+        )
+    await _put(
+        rt, ns, [{"id": "q", "content": "ヒスイの次の集まりの場所、決まった？"}]
+    )  # arrives later
     resp = await _ask(rt, ns, "ヒスイの集まりはどこ")
     assert "r" in [r.id for r in resp.results]
     other = ns + "-b"
@@ -79,14 +108,21 @@ async def test_links_wait_for_their_target_never_cross_namespaces_and_go_with_th
     assert "r" not in [r.id for r in resp.results]
     async with rt.pool.acquire() as conn:
         await conn.execute("DELETE FROM memories WHERE namespace = $1 AND external_id = 'r'", ns)
-        assert await conn.fetchval("SELECT count(*) FROM memory_links WHERE namespace = $1", ns) == 0
+        assert (
+            await conn.fetchval("SELECT count(*) FROM memory_links WHERE namespace = $1", ns) == 0
+        )
 
 
 async def test_thread_and_given_entities_are_stored(rt, ns):
-    await _put(rt, ns, [{"id": "a", "content": "進捗報告", "thread": "weekly", "entities": ["Project X"]}])
+    await _put(
+        rt, ns, [{"id": "a", "content": "進捗報告", "thread": "weekly", "entities": ["Project X"]}]
+    )
     async with rt.pool.acquire() as conn:
-        row = await conn.fetchrow("SELECT m.thread, array_agg(e.entity) AS ents FROM memories m "
-                                  "JOIN memory_entities e ON e.memory_id = m.id WHERE m.namespace = $1 GROUP BY 1", ns)
+        row = await conn.fetchrow(
+            "SELECT m.thread, array_agg(e.entity) AS ents FROM memories m "
+            "JOIN memory_entities e ON e.memory_id = m.id WHERE m.namespace = $1 GROUP BY 1",
+            ns,
+        )
     assert row["thread"] == "weekly" and row["ents"] == ["project x"]
 
 
@@ -136,10 +172,12 @@ def test_diversify_by_a_metadata_key():
 
 
 def test_the_question_focus_is_its_last_common_noun(nlp):
-    for text, focus in [("山田真由さんと打ち合わせしたプロジェクトの締め切りはいつ？", "締め切り"),
-                        ("井上さんと進めている案件の予算を教えて", "予算"),
-                        ("ヒスイの集まりはどこでやるの", "集まり"),
-                        ("どこ？", None)]:
+    for text, focus in [
+        ("山田真由さんと打ち合わせしたプロジェクトの締め切りはいつ？", "締め切り"),
+        ("井上さんと進めている案件の予算を教えて", "予算"),
+        ("ヒスイの集まりはどこでやるの", "集まり"),
+        ("どこ？", None),
+    ]:
         assert question_focus(nlp.tokens(text)) == focus, text
 
 
@@ -151,22 +189,48 @@ async def test_expansion_seeds_from_the_text_legs_while_the_query_is_embedded(rt
     from db.runs import get_run
 
     run = await get_run(rt.pool, resp.metadata.run_id)
-    assert run["plan"]["expansion"]["seeded_from"] and "vector" not in run["plan"]["expansion"]["seeded_from"]
+    assert (
+        run["plan"]["expansion"]["seeded_from"]
+        and "vector" not in run["plan"]["expansion"]["seeded_from"]
+    )
     assert run["plan"]["expansion"]["seeds"][0] == "intro"
 
 
 def _ctx(rt, ns, q, **kw):
-    return SearchContext(pool=rt.pool, intent=rt.analyzer.analyze(q, NOW), vectors=[], filters=Filters(namespace=ns),
-                         k=10, now=NOW, **kw)
+    return SearchContext(
+        pool=rt.pool,
+        intent=rt.analyzer.analyze(q, NOW),
+        vectors=[],
+        filters=Filters(namespace=ns),
+        k=10,
+        now=NOW,
+        **kw,
+    )
 
 
 async def test_recent_and_states_are_the_newest_first(rt, ns):
-    items = [{"id": f"e{i}", "content": f"出来事{i}", "created_at": (NOW - timedelta(days=i)).isoformat()}
-             for i in range(1, 4)]
-    items += [{"id": "s-old", "content": "住所は横浜", "memory_type": "state",
-               "created_at": (NOW - timedelta(days=30)).isoformat()},
-              {"id": "s-new", "content": "住所は川崎", "memory_type": "state",
-               "created_at": (NOW - timedelta(days=2, hours=12)).isoformat()}]
+    items = [
+        {
+            "id": f"e{i}",
+            "content": f"出来事{i}",
+            "created_at": (NOW - timedelta(days=i)).isoformat(),
+        }
+        for i in range(1, 4)
+    ]
+    items += [
+        {
+            "id": "s-old",
+            "content": "住所は横浜",
+            "memory_type": "state",
+            "created_at": (NOW - timedelta(days=30)).isoformat(),
+        },
+        {
+            "id": "s-new",
+            "content": "住所は川崎",
+            "memory_type": "state",
+            "created_at": (NOW - timedelta(days=2, hours=12)).isoformat(),
+        },
+    ]
     await _put(rt, ns, items)
     got = [c.external_id for c in await recent(_ctx(rt, ns, "最近どう"))]
     assert got == ["e1", "e2", "s-new", "e3", "s-old"]
@@ -176,11 +240,23 @@ async def test_recent_and_states_are_the_newest_first(rt, ns):
 
 
 async def test_the_exploration_slot_searches_only_the_older_past(rt, ns):
-    old = {"id": "old", "content": "京都で抹茶のパフェを食べた", "created_at": (NOW - timedelta(days=400)).isoformat()}
-    new = {"id": "new", "content": "京都で抹茶のパフェを食べた！", "created_at": (NOW - timedelta(days=3)).isoformat()}
+    old = {
+        "id": "old",
+        "content": "京都で抹茶のパフェを食べた",
+        "created_at": (NOW - timedelta(days=400)).isoformat(),
+    }
+    new = {
+        "id": "new",
+        "content": "京都で抹茶のパフェを食べた！",
+        "created_at": (NOW - timedelta(days=3)).isoformat(),
+    }
     await _put(rt, ns, [old, new])
     q = "抹茶のパフェ"
-    ctx = _ctx(rt, ns, q, )
+    ctx = _ctx(
+        rt,
+        ns,
+        q,
+    )
     ctx = replace(ctx, vectors=[rt.embedder.embed_query(q)])
     got = await vector_global(ctx)
     assert [c.external_id for c in got] == ["old"] and got[0].source == Source.VECTOR_GLOBAL
@@ -193,23 +269,51 @@ async def test_a_caller_adds_the_newest_memories_states_and_the_exploration_slot
     old = (NOW - timedelta(days=400)).isoformat()
     items = [
         {"id": "gym-old", "content": "ジムで筋トレをした。ベンチプレス60kg", "created_at": old},
-        {"id": "gym-new", "content": "ジムで筋トレをした。ベンチプレス62kg", "created_at": (NOW - timedelta(days=2)).isoformat()},
-        {"id": "newest", "content": "新しい傘を買った", "created_at": (NOW - timedelta(hours=1)).isoformat()},
-        {"id": "home", "content": "住まいは川崎", "memory_type": "state", "created_at": (NOW - timedelta(days=30)).isoformat()},
+        {
+            "id": "gym-new",
+            "content": "ジムで筋トレをした。ベンチプレス62kg",
+            "created_at": (NOW - timedelta(days=2)).isoformat(),
+        },
+        {
+            "id": "newest",
+            "content": "新しい傘を買った",
+            "created_at": (NOW - timedelta(hours=1)).isoformat(),
+        },
+        {
+            "id": "home",
+            "content": "住まいは川崎",
+            "memory_type": "state",
+            "created_at": (NOW - timedelta(days=30)).isoformat(),
+        },
     ]
-    items += [{"id": f"gym{i}", "content": f"ジムで筋トレ{i}回目", "created_at": (NOW - timedelta(days=3 + i)).isoformat()}
-              for i in range(12)]
+    items += [
+        {
+            "id": f"gym{i}",
+            "content": f"ジムで筋トレ{i}回目",
+            "created_at": (NOW - timedelta(days=3 + i)).isoformat(),
+        }
+        for i in range(12)
+    ]
     await _put(rt, ns, items)
-    body = {"query": "ジムで筋トレ", "namespace": ns, "options": {"now": NOW.isoformat(), "limit": 20}}
+    body = {
+        "query": "ジムで筋トレ",
+        "namespace": ns,
+        "options": {"now": NOW.isoformat(), "limit": 20},
+    }
     plain = (await client.post("/v1/retrieve", json=body)).json()
     assert "newest" not in [r["id"] for r in plain["results"]]
     body["options"]["add_sources"] = ["recent", "states", "vector_global"]
     r = await client.post("/v1/retrieve", json=body)
     got = {x["id"]: x for x in r.json()["results"]}
     assert r.status_code == 200
-    assert "recent" in got["newest"]["sources"] and "recent (newest first)" in got["newest"]["reason"]
+    assert (
+        "recent" in got["newest"]["sources"] and "recent (newest first)" in got["newest"]["reason"]
+    )
     assert "states" in got["home"]["sources"]
-    assert "vector_global" in got["gym-old"]["sources"] and "vector_global" not in got["gym-new"]["sources"]
+    assert (
+        "vector_global" in got["gym-old"]["sources"]
+        and "vector_global" not in got["gym-new"]["sources"]
+    )
     breakdown = r.json()["metadata"]["search_breakdown"]
     assert {"recent", "states", "vector_global"} <= breakdown.keys()
     bad = await client.post("/v1/retrieve", json={**body, "options": {"add_sources": ["links"]}})

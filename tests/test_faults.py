@@ -65,13 +65,25 @@ async def own_db(tmp_path_factory, nlp, embedder):
 
     data_dir = tmp_path_factory.mktemp("faultdb") / "db"
     dsn = await asyncio.to_thread(embedded_dsn, data_dir)
-    s = Settings(database_url=dsn, source_timeout_ms=LEG_MS, pool_max=6, write_timeout_s=3,
-                 run_retention_days=0)
+    s = Settings(
+        database_url=dsn,
+        source_timeout_ms=LEG_MS,
+        pool_max=6,
+        write_timeout_s=3,
+        run_retention_days=0,
+    )
     rt = await open_runtime(s, embedder=embedder, nlp=nlp)
     from retrieval.ingest import ingest, parse_items
 
-    await ingest(rt.pool, rt.nlp, rt.embedder, parse_items(
-        [{"id": f"m{i}", "content": q + "についてのメモ"} for i, q in enumerate(QUERIES)]), namespace="default")
+    await ingest(
+        rt.pool,
+        rt.nlp,
+        rt.embedder,
+        parse_items(
+            [{"id": f"m{i}", "content": q + "についてのメモ"} for i, q in enumerate(QUERIES)]
+        ),
+        namespace="default",
+    )
     yield rt, data_dir
     await rt.close()
     stop_embedded(data_dir)
@@ -81,13 +93,16 @@ async def own_db(tmp_path_factory, nlp, embedder):
 async def own_client(own_db):
     rt, _ = own_db
     app = create_app(rt.settings, runtime=rt)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://t"
-    ) as c:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c,
+    ):
         yield c
 
 
-async def _load(client: httpx.AsyncClient, seconds: float, clients: int = 3) -> list[tuple[int, float, dict]]:
+async def _load(
+    client: httpx.AsyncClient, seconds: float, clients: int = 3
+) -> list[tuple[int, float, dict]]:
     """`clients` loops of retrieves for `seconds`; (status, seconds taken, headers) of each."""
     out: list[tuple[int, float, dict]] = []
     end = time.monotonic() + seconds
@@ -96,7 +111,9 @@ async def _load(client: httpx.AsyncClient, seconds: float, clients: int = 3) -> 
         n = 0
         while time.monotonic() < end and n < 500:
             t = time.monotonic()
-            r = await client.post("/v1/retrieve", json={"query": QUERIES[(i + n) % len(QUERIES)]}, timeout=30)
+            r = await client.post(
+                "/v1/retrieve", json={"query": QUERIES[(i + n) % len(QUERIES)]}, timeout=30
+            )
             out.append((r.status_code, time.monotonic() - t, dict(r.headers)))
             n += 1
             await asyncio.sleep(0.05)
@@ -169,8 +186,13 @@ async def test_slow_embedder_cuts_the_vector_legs_at_their_deadline(own_db):
     from retrieval.orchestrator import Orchestrator
 
     rt, _ = own_db
-    orch = Orchestrator(rt.pool, rt.analyzer, _SlowEmbedder(rt.embedder, 3.0), source_timeout_ms=LEG_MS,
-                        log_runs=False)
+    orch = Orchestrator(
+        rt.pool,
+        rt.analyzer,
+        _SlowEmbedder(rt.embedder, 3.0),
+        source_timeout_ms=LEG_MS,
+        log_runs=False,
+    )
     t = time.monotonic()
     resp = await orch.retrieve("京都旅行の計画はどうなった", RetrievalOptions(limit=5))
     took = time.monotonic() - t
@@ -196,9 +218,15 @@ async def test_embedding_failure_on_write_is_503(own_db):
 
 @pytest.mark.parametrize(
     "exc",
-    [asyncpg.AdminShutdownError("57P01"), asyncpg.CannotConnectNowError("57P03"),
-     asyncpg.TooManyConnectionsError("53300"), asyncpg.QueryCanceledError("57014"),
-     asyncpg.ConnectionDoesNotExistError("gone"), TimeoutError(), EmbeddingError("down")],
+    [
+        asyncpg.AdminShutdownError("57P01"),
+        asyncpg.CannotConnectNowError("57P03"),
+        asyncpg.TooManyConnectionsError("53300"),
+        asyncpg.QueryCanceledError("57014"),
+        asyncpg.ConnectionDoesNotExistError("gone"),
+        TimeoutError(),
+        EmbeddingError("down"),
+    ],
 )
 def test_unavailability_errors_map_to_503(exc):
     assert _status_of(exc) == 503

@@ -9,8 +9,13 @@ import pytest
 from tests.helpers import shared_file
 
 EDGE_CASES = [
-    "RTX-4090 と pg_trgm を使う  Intent の件\n\n改行　全角スペース", "  ", "", "Hello world, last Friday!",
-    "ｶﾀｶﾅ１２３と①②", "令和5年の先々週、お盆休みに3000年前の遺跡へ", "東京都庁で「アオバ」の打ち合わせ。" * 600,
+    "RTX-4090 と pg_trgm を使う  Intent の件\n\n改行　全角スペース",
+    "  ",
+    "",
+    "Hello world, last Friday!",
+    "ｶﾀｶﾅ１２３と①②",
+    "令和5年の先々週、お盆休みに3000年前の遺跡へ",
+    "東京都庁で「アオバ」の打ち合わせ。" * 600,
 ]
 
 

@@ -49,7 +49,12 @@ def test_recency_factor():
 
 
 def _scored(i, emb, content, score=1.0):
-    return ScoredResult(cand(i, score, Source.VECTOR, content=content, emb=np.asarray(emb, np.float32)), score, {}, ["vector"])
+    return ScoredResult(
+        cand(i, score, Source.VECTOR, content=content, emb=np.asarray(emb, np.float32)),
+        score,
+        {},
+        ["vector"],
+    )
 
 
 def test_dedupe_needs_both_vector_and_text_closeness():
@@ -70,8 +75,17 @@ def test_in_window_half_open():
 def test_rerank_window_first_then_outside():
     w = TimeRange(NOW - timedelta(days=7), NOW, "last_week")
     inside = cand(1, 0.80, Source.TEMPORAL, created_at=NOW - timedelta(days=3))
-    outside = cand(2, 0.95, Source.VECTOR, created_at=NOW - timedelta(days=100), emb=np.eye(8, dtype=np.float32)[5])
-    per = {Source.TEMPORAL: [inside], Source.VECTOR: [outside, cand(1, 0.80, Source.VECTOR, created_at=NOW - timedelta(days=3))]}
+    outside = cand(
+        2,
+        0.95,
+        Source.VECTOR,
+        created_at=NOW - timedelta(days=100),
+        emb=np.eye(8, dtype=np.float32)[5],
+    )
+    per = {
+        Source.TEMPORAL: [inside],
+        Source.VECTOR: [outside, cand(1, 0.80, Source.VECTOR, created_at=NOW - timedelta(days=3))],
+    }
     res, counts = rerank(per, TEMPORAL, now=NOW, window=w, limit=10)
     assert [r.candidate.id for r in res] == [1, 2]
     assert res[1].relevance == "outside_window" and "outside last_week" in res[1].reason
@@ -99,7 +113,12 @@ def test_rerank_rrf_preset_scales_to_one():
 
 
 def test_rerank_considers_only_top_n():
-    per = {Source.VECTOR: [cand(i, 1.0 - i / 200, Source.VECTOR, emb=np.random.default_rng(i).normal(size=8)) for i in range(120)]}
+    per = {
+        Source.VECTOR: [
+            cand(i, 1.0 - i / 200, Source.VECTOR, emb=np.random.default_rng(i).normal(size=8))
+            for i in range(120)
+        ]
+    }
     res, counts = rerank(per, HYBRID, now=NOW, limit=10)
     assert counts["considered"] == 50 and len(res) == 10
 
@@ -110,16 +129,34 @@ def test_fuzzy_window_soft_edge_is_near_not_inside_and_decays():
     from retrieval.models import Granularity
 
     tz = UTC
-    window = TimeRange(datetime(2026, 11, 9, tzinfo=tz), datetime(2026, 11, 16, tzinfo=tz), "last_week", "先週頃",
-                       Granularity.WEEK, datetime(2026, 11, 6, tzinfo=tz), datetime(2026, 11, 19, tzinfo=tz))
-    at = {1: datetime(2026, 11, 12, tzinfo=tz), 2: datetime(2026, 11, 16, 12, tzinfo=tz),
-          3: datetime(2026, 11, 18, 12, tzinfo=tz), 4: datetime(2026, 11, 25, tzinfo=tz)}
-    per = {Source.TEMPORAL: [cand(i, 0.9, Source.TEMPORAL, content=f"メモ{i}", created_at=at[i]) for i in (4, 3, 2, 1)]}
+    window = TimeRange(
+        datetime(2026, 11, 9, tzinfo=tz),
+        datetime(2026, 11, 16, tzinfo=tz),
+        "last_week",
+        "先週頃",
+        Granularity.WEEK,
+        datetime(2026, 11, 6, tzinfo=tz),
+        datetime(2026, 11, 19, tzinfo=tz),
+    )
+    at = {
+        1: datetime(2026, 11, 12, tzinfo=tz),
+        2: datetime(2026, 11, 16, 12, tzinfo=tz),
+        3: datetime(2026, 11, 18, 12, tzinfo=tz),
+        4: datetime(2026, 11, 25, tzinfo=tz),
+    }
+    per = {
+        Source.TEMPORAL: [
+            cand(i, 0.9, Source.TEMPORAL, content=f"メモ{i}", created_at=at[i])
+            for i in (4, 3, 2, 1)
+        ]
+    }
     out, _ = rerank(per, TEMPORAL, now=datetime(2026, 11, 22, tzinfo=tz), window=window, limit=4)
     ids = [r.candidate.id for r in out]
     assert ids == [1, 2, 3, 4]
     rel = {r.candidate.id: r.relevance for r in out}
-    assert rel[2] == rel[3] == "near_window" and rel[4] == "outside_window" and rel[1] != "near_window"
+    assert (
+        rel[2] == rel[3] == "near_window" and rel[4] == "outside_window" and rel[1] != "near_window"
+    )
     near = {r.candidate.id: r.signals["near_window"] for r in out if "near_window" in r.signals}
     assert 1.0 > near[2] > near[3] >= 0.5
     assert "near last_week (on its fuzzy edge" in out[1].reason and "inside" not in out[1].reason

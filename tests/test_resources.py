@@ -54,13 +54,21 @@ async def test_retention_deletes_old_runs_and_feedback_in_batches(rt, ns):
             await conn.execute(
                 "INSERT INTO retrieval_runs (run_id, namespace, query, strategy, plan, candidate_ids, selected_ids,"
                 " latencies, created_at) VALUES ($1, $2, 'q', 's', '{}', '{}', '{}', '{}', $3)",
-                uuid.uuid4(), ns, old if i < 5 else datetime.now(UTC))
-            await conn.execute("INSERT INTO feedback (namespace, external_id, negative, created_at) VALUES ($1, 'x', true, $2)",
-                               ns, old if i < 3 else datetime.now(UTC))
+                uuid.uuid4(),
+                ns,
+                old if i < 5 else datetime.now(UTC),
+            )
+            await conn.execute(
+                "INSERT INTO feedback (namespace, external_id, negative, created_at) VALUES ($1, 'x', true, $2)",
+                ns,
+                old if i < 3 else datetime.now(UTC),
+            )
     got = await purge_old(rt.pool, 30, batch=2)
     assert got["retrieval_runs"] >= 5 and got["feedback"] >= 3
     async with rt.pool.acquire() as conn:
-        assert await conn.fetchval("SELECT count(*) FROM retrieval_runs WHERE namespace = $1", ns) == 2
+        assert (
+            await conn.fetchval("SELECT count(*) FROM retrieval_runs WHERE namespace = $1", ns) == 2
+        )
         assert await conn.fetchval("SELECT count(*) FROM feedback WHERE namespace = $1", ns) == 4
 
 
@@ -69,7 +77,13 @@ async def test_eval_refuses_a_namespace_it_did_not_create(rt, ns, tmp_path):
     from retrieval.evaluate import ForeignNamespace, ensure_index
     from retrieval.ingest import ingest, parse_items
 
-    await ingest(rt.pool, rt.nlp, rt.embedder, parse_items([{"id": "prod", "content": "本番のメモ"}]), namespace=ns)
+    await ingest(
+        rt.pool,
+        rt.nlp,
+        rt.embedder,
+        parse_items([{"id": "prod", "content": "本番のメモ"}]),
+        namespace=ns,
+    )
     corpus = tmp_path / "c.jsonl"
     corpus.write_text('{"id": "e1", "content": "評価用の文書"}\n', encoding="utf-8")
     with pytest.raises(ForeignNamespace):

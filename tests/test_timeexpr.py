@@ -133,12 +133,21 @@ def test_time_dev_set_accuracy(analyzer):
 
 @pytest.mark.parametrize(
     "year,day",
-    [(2024, date(2024, 7, 15)), (2025, date(2025, 7, 21)), (2026, date(2026, 7, 20)), (2030, date(2030, 7, 15))],
+    [
+        (2024, date(2024, 7, 15)),
+        (2025, date(2025, 7, 21)),
+        (2026, date(2026, 7, 20)),
+        (2030, date(2030, 7, 15)),
+    ],
 )
 def test_umi_no_hi_moves_with_the_calendar(year, day):
     """海の日 is the third Monday of July: from the kept holiday library, not a table."""
     r = parse_time(f"{year}年の海の日", NOW).range
-    assert (r.start.date(), r.end.date(), r.granularity) == (day, day + timedelta(days=1), Granularity.HOLIDAY)
+    assert (r.start.date(), r.end.date(), r.granularity) == (
+        day,
+        day + timedelta(days=1),
+        Granularity.HOLIDAY,
+    )
 
 
 @pytest.mark.parametrize(
@@ -161,7 +170,10 @@ def test_fuzzy_expressions_get_soft_edges_by_granularity():
     week = parse_time("先週頃の話", NOW).range
     assert week.fuzzy and week.granularity == Granularity.WEEK
     assert (week.start.date(), week.end.date()) == (date(2026, 11, 9), date(2026, 11, 16))
-    assert (week.outer_start.date(), week.outer_end.date()) == (date(2026, 11, 6), date(2026, 11, 19))
+    assert (week.outer_start.date(), week.outer_end.date()) == (
+        date(2026, 11, 6),
+        date(2026, 11, 19),
+    )
     year = parse_time("about three years ago", NOW).range
     assert year.granularity == Granularity.YEAR and (year.start - year.outer_start).days == 30
     assert not parse_time("先週の話", NOW).range.fuzzy

@@ -69,7 +69,9 @@ STATUS: dict[type[BaseException], int] = {
 
 
 def _status_of(exc: BaseException) -> int:
-    if isinstance(exc, asyncpg.PostgresError) and str(getattr(exc, "sqlstate", "")).startswith(_UNAVAILABLE_SQLSTATE):
+    if isinstance(exc, asyncpg.PostgresError) and str(getattr(exc, "sqlstate", "")).startswith(
+        _UNAVAILABLE_SQLSTATE
+    ):
         return 503
     for cls in type(exc).__mro__:
         if cls in STATUS:
@@ -86,7 +88,14 @@ def _invalid_detail(exc: InvalidInput) -> list[dict[str, Any]]:
             field = f"memories.{e['index']}.{field}"
         else:
             loc = ["body", *(int(p) if p.isdigit() else p for p in field.split(".") if p)]
-        out.append({"loc": loc, "field": field, "msg": str(e.get("reason", "invalid")), "type": "value_error"})
+        out.append(
+            {
+                "loc": loc,
+                "field": field,
+                "msg": str(e.get("reason", "invalid")),
+                "type": "value_error",
+            }
+        )
     return out
 
 
@@ -99,8 +108,12 @@ async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     _count_rejected_ingest(request)
     detail = [
-        {"loc": list(e.get("loc", [])), "field": ".".join(str(p) for p in e.get("loc", [])[1:]) or "body",
-         "msg": e.get("msg", "invalid"), "type": e.get("type", "")}
+        {
+            "loc": list(e.get("loc", [])),
+            "field": ".".join(str(p) for p in e.get("loc", [])[1:]) or "body",
+            "msg": e.get("msg", "invalid"),
+            "type": e.get("type", ""),
+        }
         for e in exc.errors()
     ]
     return JSONResponse({"detail": detail}, status_code=422)
@@ -113,9 +126,16 @@ async def _on_error(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"detail": _invalid_detail(exc)}, status_code=422)
     if status == 503:
         logger.warning("unavailable: %s: %s", type(exc).__name__, exc)
-        msg = str(exc) if isinstance(exc, (RetrievalError, StoreError)) else "the database is unavailable"
-        return JSONResponse({"detail": f"unavailable, retry later: {msg}"}, status_code=503,
-                            headers={"Retry-After": str(RETRY_AFTER_S)})
+        msg = (
+            str(exc)
+            if isinstance(exc, (RetrievalError, StoreError))
+            else "the database is unavailable"
+        )
+        return JSONResponse(
+            {"detail": f"unavailable, retry later: {msg}"},
+            status_code=503,
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
     if status == 500:
         logger.exception("unhandled error", exc_info=exc)
         return JSONResponse({"detail": "internal error"}, status_code=500)
@@ -175,8 +195,9 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         if app.openapi_schema is None:
             from fastapi.openapi.utils import get_openapi
 
-            schema = get_openapi(title=app.title, version=app.version, description=app.description,
-                                 routes=app.routes)
+            schema = get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes
+            )
             app.openapi_schema = document_limits(schema, settings)
         return app.openapi_schema
 

@@ -19,7 +19,9 @@ def get_runtime(request: Request) -> Runtime:
     return rt
 
 
-def find_key(keys: dict[str, frozenset[str] | None], token: str) -> tuple[bool, frozenset[str] | None]:
+def find_key(
+    keys: dict[str, frozenset[str] | None], token: str
+) -> tuple[bool, frozenset[str] | None]:
     """Look a token up comparing in constant time (a timing side channel would leak keys)."""
     found, scope = False, None
     for key, namespaces in keys.items():

@@ -30,8 +30,11 @@ Label = Annotated[SafeStr, Field(min_length=1, max_length=64)]
 class Message(BaseModel):
     role: Literal["user", "assistant", "system"]
     content: SafeStr
-    memory_id: SafeId | None = Field(default=None, max_length=MAX_ID_CHARS,
-                                     description="The stored memory this turn is: its links seed the search.")
+    memory_id: SafeId | None = Field(
+        default=None,
+        max_length=MAX_ID_CHARS,
+        description="The stored memory this turn is: its links seed the search.",
+    )
 
 
 class TimeRangeIn(BaseModel):
@@ -54,15 +57,24 @@ class RetrieveOptionsIn(BaseModel):
     memory_types: list[Label] = Field(default_factory=list, max_length=20)
     source_types: list[Label] = Field(default_factory=list, max_length=20)
     include_metadata_details: bool = True
-    now: Instant | None = Field(default=None, description="Resolve time words against this instant.")
-    expand: bool = Field(default=True, description="Multi-hop expansion (links, entities, threads) after the first search.")
+    now: Instant | None = Field(
+        default=None, description="Resolve time words against this instant."
+    )
+    expand: bool = Field(
+        default=True,
+        description="Multi-hop expansion (links, entities, threads) after the first search.",
+    )
     diversify_by: Annotated[SafeStr, Field(min_length=1, max_length=64)] | None = Field(
-        default=None, description="A metadata key: at most per_bucket results per value before any repeats.")
+        default=None,
+        description="A metadata key: at most per_bucket results per value before any repeats.",
+    )
     per_bucket: int = Field(default=2, ge=1, le=100)
     add_sources: list[Literal["recent", "states", "vector_global"]] = Field(
-        default_factory=list, max_length=3,
+        default_factory=list,
+        max_length=3,
         description="Also search the newest memories, the newest states, or older similar memories "
-        "(the exploration slot: older than 90 days).")
+        "(the exploration slot: older than 90 days).",
+    )
 
 
 class RetrieveRequest(BaseModel):
@@ -90,7 +102,9 @@ class ResultOut(BaseModel):
     score: float
     signals: dict[str, float]
     sources: list[str]
-    relevance: str = Field(description="high | medium | near_window (a fuzzy window's soft edge) | outside_window")
+    relevance: str = Field(
+        description="high | medium | near_window (a fuzzy window's soft edge) | outside_window"
+    )
     reason: str
 
 
@@ -98,7 +112,8 @@ class SourceOut(BaseModel):
     latency_ms: float
     count: int
     status: str = Field(
-        description="ok | skipped (nothing to search for) | timeout | error | unavailable (the server lacks it)")
+        description="ok | skipped (nothing to search for) | timeout | error | unavailable (the server lacks it)"
+    )
     error: str | None
 
 
@@ -110,7 +125,9 @@ class MetadataOut(BaseModel):
     stage_latency_ms: dict[str, float]
     num_results_before_rerank: int
     num_results_after_rerank: int
-    degraded: list[str] = Field(description="Sources that timed out or failed: the answer is partial.")
+    degraded: list[str] = Field(
+        description="Sources that timed out or failed: the answer is partial."
+    )
     run_id: str
     params: dict[str, Any]
 
@@ -133,7 +150,9 @@ class IngestOut(BaseModel):
     embedded: int
     ids: list[str]
     seconds: float
-    lsn: str | None = Field(default=None, description="the primary's WAL position after the write (with replicas)")
+    lsn: str | None = Field(
+        default=None, description="the primary's WAL position after the write (with replicas)"
+    )
 
 
 class FeedbackIn(BaseModel):
@@ -191,14 +210,22 @@ class Problem(BaseModel):
 
 
 COMMON_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: {"model": Problem, "description": "API keys are configured and none was given, or an unknown one"},
+    401: {
+        "model": Problem,
+        "description": "API keys are configured and none was given, or an unknown one",
+    },
     403: {"model": Problem, "description": "the API key may not use this namespace"},
     413: {"model": Problem, "description": "request body over RETRIEVAL_MAX_BODY_BYTES"},
-    503: {"model": Problem, "description": "the database is unavailable or did not answer in time; see Retry-After"},
+    503: {
+        "model": Problem,
+        "description": "the database is unavailable or did not answer in time; see Retry-After",
+    },
 }
 
 
-NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "no such memory or run"}}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": Problem, "description": "no such memory or run"}
+}
 
 
 def check_limits(settings: Settings, body: BaseModel) -> None:
@@ -207,20 +234,38 @@ def check_limits(settings: Settings, body: BaseModel) -> None:
     if isinstance(body, RetrieveRequest):
         conv = body.recent_conversation
         if len(conv) > settings.max_conversation_messages:
-            errors.append({"field": "recent_conversation",
-                           "reason": f"more than {settings.max_conversation_messages} messages"})
+            errors.append(
+                {
+                    "field": "recent_conversation",
+                    "reason": f"more than {settings.max_conversation_messages} messages",
+                }
+            )
         for i, msg in enumerate(conv):
             if len(msg.content) > settings.max_message_chars:
-                errors.append({"field": f"recent_conversation.{i}.content",
-                               "reason": f"longer than {settings.max_message_chars} characters"})
+                errors.append(
+                    {
+                        "field": f"recent_conversation.{i}.content",
+                        "reason": f"longer than {settings.max_message_chars} characters",
+                    }
+                )
     if isinstance(body, MemoriesIn):
         if len(body.memories) > settings.max_batch:
-            errors.append({"field": "memories", "reason": f"more than {settings.max_batch} memories in one batch"})
+            errors.append(
+                {
+                    "field": "memories",
+                    "reason": f"more than {settings.max_batch} memories in one batch",
+                }
+            )
         seen: dict[str, int] = {}
         for i, it in enumerate(body.memories):
             if it.id is not None and it.id in seen:
-                errors.append({"index": i, "field": "id",
-                               "reason": f"duplicate id {it.id!r} (first at item {seen[it.id]})"})
+                errors.append(
+                    {
+                        "index": i,
+                        "field": "id",
+                        "reason": f"duplicate id {it.id!r} (first at item {seen[it.id]})",
+                    }
+                )
             elif it.id is not None:
                 seen[it.id] = i
     if errors:

@@ -29,18 +29,34 @@ CHECKS = [
 ]
 
 # Every route of the document, named so that a run that found none fails loudly.
-EXPECTED = {"POST /v1/retrieve", "GET /v1/runs/{run_id}", "POST /v1/memories", "GET /v1/memories/{memory_id}",
-            "DELETE /v1/memories/{memory_id}", "POST /v1/feedback", "GET /healthz", "GET /readyz", "GET /metrics"}
+EXPECTED = {
+    "POST /v1/retrieve",
+    "GET /v1/runs/{run_id}",
+    "POST /v1/memories",
+    "GET /v1/memories/{memory_id}",
+    "DELETE /v1/memories/{memory_id}",
+    "POST /v1/feedback",
+    "GET /healthz",
+    "GET /readyz",
+    "GET /metrics",
+}
 
 
 def _fuzz(op, ran: dict[str, int]) -> None:
     ran[op.label] = 0
 
     @given(case=op.as_strategy())
-    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=FUZZ_EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     def fuzz(case):
         ran[op.label] += 1
-        case.call_and_validate(headers={"Authorization": f"Bearer {KEY}"}, checks=CHECKS, timeout=30)
+        case.call_and_validate(
+            headers={"Authorization": f"Bearer {KEY}"}, checks=CHECKS, timeout=30
+        )
 
     fuzz()
 

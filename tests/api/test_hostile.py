@@ -34,7 +34,10 @@ def _fields(r) -> list[str]:
         (_mem(created_at="2026-01-01T00:00:00"), "memories.0.created_at"),
         (_mem(id="a/b"), "memories.0.id"),
         (_mem(id="tab\there"), "memories.0.id"),
-        (_mem(metadata={"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": {"i": 1}}}}}}}}}), "memories.0.metadata"),
+        (
+            _mem(metadata={"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": {"i": 1}}}}}}}}}),
+            "memories.0.metadata",
+        ),
         (_mem(metadata={"big": "x" * 70_000}), "memories.0.metadata"),
         (_mem(memory_type="\ud800"), "memories.0.memory_type"),
     ],
@@ -42,7 +45,9 @@ def _fields(r) -> list[str]:
 async def test_bad_memory_is_422_naming_field_and_writes_nothing(client, ns, memory, field):
     body = {"namespace": ns, "memories": [{"id": "ok", "content": "正しいメモ"}, memory]}
     body["memories"] = [body["memories"][1], body["memories"][0]]
-    r = await client.post("/v1/memories", content=json.dumps(body), headers={"content-type": "application/json"})
+    r = await client.post(
+        "/v1/memories", content=json.dumps(body), headers={"content-type": "application/json"}
+    )
     assert r.status_code == 422, r.text
     assert any(f.startswith(field) for f in _fields(r)), r.json()
     assert (await client.get(f"/v1/memories/ok?namespace={ns}")).status_code == 404
@@ -50,7 +55,9 @@ async def test_bad_memory_is_422_naming_field_and_writes_nothing(client, ns, mem
 
 async def test_number_too_large_for_a_float_is_422(client, ns):
     """`1e400` parses to inf: it used to reach jsonb and fail there with a 500."""
-    raw = '{"namespace": "NS", "memories": [{"content": "x", "metadata": {"v": 1e400}}]}'.replace("NS", ns)
+    raw = '{"namespace": "NS", "memories": [{"content": "x", "metadata": {"v": 1e400}}]}'.replace(
+        "NS", ns
+    )
     r = await client.post("/v1/memories", content=raw, headers={"content-type": "application/json"})
     assert r.status_code == 422 and _fields(r) == ["memories.0.metadata"], r.text
 
@@ -58,13 +65,24 @@ async def test_number_too_large_for_a_float_is_422(client, ns):
 async def test_duplicate_ids_in_a_batch_are_refused(client, ns, rt):
     """Same id twice answered 200 `inserted: 2` with one row, and BM25 statistics counted it
     twice for ever."""
-    r = await client.post("/v1/memories", json={"namespace": ns, "memories": [
-        {"id": "d", "content": "一つ目"}, {"id": "e", "content": "別"}, {"id": "d", "content": "二つ目"}]})
+    r = await client.post(
+        "/v1/memories",
+        json={
+            "namespace": ns,
+            "memories": [
+                {"id": "d", "content": "一つ目"},
+                {"id": "e", "content": "別"},
+                {"id": "d", "content": "二つ目"},
+            ],
+        },
+    )
     assert r.status_code == 422
     assert r.json()["detail"][0]["loc"] == ["body", "memories", 2, "id"]
     async with rt.pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM memories WHERE namespace = $1", ns) == 0
-        assert await conn.fetchval("SELECT doc_count FROM namespace_stats WHERE namespace = $1", ns) in (None, 0)
+        assert await conn.fetchval(
+            "SELECT doc_count FROM namespace_stats WHERE namespace = $1", ns
+        ) in (None, 0)
 
 
 @pytest.mark.parametrize(
@@ -74,20 +92,39 @@ async def test_duplicate_ids_in_a_batch_are_refused(client, ns, rt):
         ({"query": "先週の会議", "options": {"now": "9999-12-31T23:00:00-09:00"}}, "options.now"),
         ({"query": "a\u0000"}, "query"),
         ({"query": "\ud800"}, "query"),
-        ({"query": "x", "recent_conversation": [{"role": "user", "content": "\u0000"}]}, "recent_conversation.0.content"),
-        ({"query": "x", "recent_conversation": [{"role": "user", "content": "a"}] * 51}, "recent_conversation"),
+        (
+            {"query": "x", "recent_conversation": [{"role": "user", "content": "\u0000"}]},
+            "recent_conversation.0.content",
+        ),
+        (
+            {"query": "x", "recent_conversation": [{"role": "user", "content": "a"}] * 51},
+            "recent_conversation",
+        ),
         ({"query": "x", "options": {"memory_types": ["\u0000"]}}, "options.memory_types.0"),
-        ({"query": "x", "options": {"time_range": {"start": "0001-01-01T00:00:00+00:00"}}}, "options.time_range.start"),
+        (
+            {"query": "x", "options": {"time_range": {"start": "0001-01-01T00:00:00+00:00"}}},
+            "options.time_range.start",
+        ),
     ],
 )
 async def test_bad_retrieve_is_422(client, body, field):
-    r = await client.post("/v1/retrieve", content=json.dumps(body), headers={"content-type": "application/json"})
+    r = await client.post(
+        "/v1/retrieve", content=json.dumps(body), headers={"content-type": "application/json"}
+    )
     assert r.status_code == 422, r.text
     assert any(f.startswith(field) for f in _fields(r)), r.json()
 
 
 @pytest.mark.parametrize(
-    "query", ["3000年前の遺跡", "5000 years ago", "9999-12-31の予定", "0000年5月", "1000000日前", "99999999週間前"]
+    "query",
+    [
+        "3000年前の遺跡",
+        "5000 years ago",
+        "9999-12-31の予定",
+        "0000年5月",
+        "1000000日前",
+        "99999999週間前",
+    ],
 )
 async def test_unholdable_dates_are_answered(client, query):
     """Each was a 500 (`ValueError: year -974 is out of range`)."""
@@ -118,9 +155,10 @@ async def test_body_over_the_limit_is_413_before_parsing(rt):
     from retrieval.api import create_app
 
     app = create_app(rt.settings.model_copy(update={"max_body_bytes": 2048}), runtime=rt)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://t"
-    ) as c:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c,
+    ):
         big = json.dumps({"query": "x" * 4000})
         r = await c.post("/v1/retrieve", content=big, headers={"content-type": "application/json"})
         assert r.status_code == 413
@@ -128,7 +166,10 @@ async def test_body_over_the_limit_is_413_before_parsing(rt):
         async def chunks():  # no Content-Length: cut as soon as the bytes read pass the limit
             for _ in range(8):
                 yield b" " * 1024
-        r = await c.post("/v1/retrieve", content=chunks(), headers={"content-type": "application/json"})
+
+        r = await c.post(
+            "/v1/retrieve", content=chunks(), headers={"content-type": "application/json"}
+        )
         assert r.status_code == 413
         assert (await c.post("/v1/retrieve", json={"query": "小さい"})).status_code == 200
 
@@ -145,10 +186,18 @@ async def test_unknown_methods_share_one_metric_label(client):
 async def test_scoped_key_gets_403_on_every_route_of_another_namespace(authed, rt):
     all_ = {"Authorization": f"Bearer {KEY_ALL}"}
     team = {"Authorization": f"Bearer {KEY_TEAM_A}"}
-    r = await authed.post("/v1/memories", headers=all_, json={"namespace": "team-b", "memories": [
-        {"id": "secret", "content": "チームBの秘密のメモ"}]})
+    r = await authed.post(
+        "/v1/memories",
+        headers=all_,
+        json={
+            "namespace": "team-b",
+            "memories": [{"id": "secret", "content": "チームBの秘密のメモ"}],
+        },
+    )
     assert r.status_code == 200
-    r = await authed.post("/v1/retrieve", headers=all_, json={"query": "秘密のメモ", "namespace": "team-b"})
+    r = await authed.post(
+        "/v1/retrieve", headers=all_, json={"query": "秘密のメモ", "namespace": "team-b"}
+    )
     run_id = r.json()["metadata"]["run_id"]
     await rt.orchestrator.flush()
     calls = [
@@ -164,15 +213,27 @@ async def test_scoped_key_gets_403_on_every_route_of_another_namespace(authed, r
         assert r.status_code == 403, (method, path, r.text)
         r = await authed.request(method, path, json=body)
         assert r.status_code == 401, (method, path, r.text)
-    assert (await authed.get("/v1/memories/secret?namespace=team-b", headers=all_)).json()["searchable"] is True
+    assert (await authed.get("/v1/memories/secret?namespace=team-b", headers=all_)).json()[
+        "searchable"
+    ] is True
 
 
-@pytest.mark.parametrize("spec", ["", ",", " , ", ":team", "key-long-enough:", "short", "key-long-enough:a||b",
-                                  "key-long-enough,key-long-enough", "key with space"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "",
+        ",",
+        " , ",
+        ":team",
+        "key-long-enough:",
+        "short",
+        "key-long-enough:a||b",
+        "key-long-enough,key-long-enough",
+        "key with space",
+    ],
+)
 def test_api_key_lists_that_meant_something_else_are_refused(spec):
     """Unset, empty or "," silently meant "no auth", "key:" meant "every namespace", ":ns"
     registered an empty key."""
     with pytest.raises(ValidationError):
         Settings(api_keys=spec)
-
-

@@ -6,13 +6,31 @@ from retrieval.config import Settings
 
 
 async def test_memories_retrieve_get_archive_feedback(client, ns, rt):
-    r = await client.post("/v1/memories", json={"namespace": ns, "memories": [
-        {"id": "a", "content": "宏啓さんがMemory Storeのスキーマをレビューした", "created_at": "2026-11-18T10:00:00+09:00"},
-        {"id": "b", "content": "カレーを作った。隠し味にチョコを入れた。", "created_at": "2026-10-01T10:00:00+09:00"},
-    ]})
+    r = await client.post(
+        "/v1/memories",
+        json={
+            "namespace": ns,
+            "memories": [
+                {
+                    "id": "a",
+                    "content": "宏啓さんがMemory Storeのスキーマをレビューした",
+                    "created_at": "2026-11-18T10:00:00+09:00",
+                },
+                {
+                    "id": "b",
+                    "content": "カレーを作った。隠し味にチョコを入れた。",
+                    "created_at": "2026-10-01T10:00:00+09:00",
+                },
+            ],
+        },
+    )
     assert r.status_code == 200, r.text
     assert r.json()["inserted"] == 2
-    body = {"query": "宏啓さんがレビューしたのは何？", "namespace": ns, "options": {"now": "2026-11-22T12:00:00+09:00"}}
+    body = {
+        "query": "宏啓さんがレビューしたのは何？",
+        "namespace": ns,
+        "options": {"now": "2026-11-22T12:00:00+09:00"},
+    }
     r = await client.post("/v1/retrieve", json=body)
     assert r.status_code == 200, r.text
     data = r.json()
@@ -29,7 +47,9 @@ async def test_memories_retrieve_get_archive_feedback(client, ns, rt):
     r = await client.get(f"/v1/runs/{run_id}")
     assert r.status_code == 200 and r.json()["selected_ids"][0] == "a"
 
-    r = await client.post("/v1/feedback", json={"namespace": ns, "memory_id": "a", "run_id": run_id, "negative": True})
+    r = await client.post(
+        "/v1/feedback", json={"namespace": ns, "memory_id": "a", "run_id": run_id, "negative": True}
+    )
     assert r.status_code == 200 and r.json()["searchable"] is False
     r = await client.post("/v1/retrieve", json=body)
     assert "a" not in [x["id"] for x in r.json()["results"]]
@@ -48,7 +68,18 @@ async def test_memories_retrieve_get_archive_feedback(client, ns, rt):
         ({"query": "ok", "options": {"limit": 0}}, "options.limit"),
         ({"query": "ok", "options": {"limit": 101}}, "options.limit"),
         ({"query": "ok", "options": {"force_strategy": "magic"}}, "options.force_strategy"),
-        ({"query": "ok", "options": {"time_range": {"start": "2026-02-01T00:00:00+09:00", "end": "2026-01-01T00:00:00+09:00"}}}, "options.time_range"),
+        (
+            {
+                "query": "ok",
+                "options": {
+                    "time_range": {
+                        "start": "2026-02-01T00:00:00+09:00",
+                        "end": "2026-01-01T00:00:00+09:00",
+                    }
+                },
+            },
+            "options.time_range",
+        ),
         ({"query": 5}, "query"),
         ({"query": "ok", "namespace": "a b"}, "namespace"),
     ],
@@ -61,7 +92,9 @@ async def test_bad_retrieve_is_422_naming_field(client, body, field):
 
 
 async def test_malformed_json_is_422(client):
-    r = await client.post("/v1/retrieve", content=b"{not json", headers={"content-type": "application/json"})
+    r = await client.post(
+        "/v1/retrieve", content=b"{not json", headers={"content-type": "application/json"}
+    )
     assert r.status_code == 422
 
 
@@ -69,8 +102,13 @@ async def test_bad_batch_is_rejected_whole(client, ns):
     from retrieval import metrics
 
     rejected = metrics.INGEST_ERRORS._value.get()
-    r = await client.post("/v1/memories", json={"namespace": ns, "memories": [
-        {"id": "ok", "content": "fine"}, {"id": "bad", "content": ""}]})
+    r = await client.post(
+        "/v1/memories",
+        json={
+            "namespace": ns,
+            "memories": [{"id": "ok", "content": "fine"}, {"id": "bad", "content": ""}],
+        },
+    )
     assert r.status_code == 422
     assert r.json()["detail"][0]["loc"][:4] == ["body", "memories", 1, "content"]
     assert metrics.INGEST_ERRORS._value.get() == rejected + 1
@@ -83,8 +121,12 @@ async def test_ops_endpoints(client):
     assert r.status_code == 200 and r.json()["ready"] is True
     await client.post("/v1/retrieve", json={"query": "メトリクスの確認"})
     text = (await client.get("/metrics")).text
-    for name in ("retrieval_latency_ms_bucket", "retrieval_strategy_usage_total", "retrieval_search_latency_ms_bucket",
-                 "retrieval_http_requests_total"):
+    for name in (
+        "retrieval_latency_ms_bucket",
+        "retrieval_strategy_usage_total",
+        "retrieval_search_latency_ms_bucket",
+        "retrieval_http_requests_total",
+    ):
         assert name in text
     assert (await client.get("/openapi.json")).json()["paths"]["/v1/retrieve"]
 
@@ -93,10 +135,16 @@ async def test_auth_keys_and_namespace_scopes(authed):
     assert (await authed.get("/healthz")).status_code == 200
     assert (await authed.post("/v1/retrieve", json={"query": "x"})).status_code == 401
     h = {"Authorization": "Bearer key-team-a-01"}
-    assert (await authed.post("/v1/retrieve", json={"query": "x", "namespace": "team-b"}, headers=h)).status_code == 403
-    assert (await authed.post("/v1/retrieve", json={"query": "x", "namespace": "team-a"}, headers=h)).status_code == 200
+    assert (
+        await authed.post("/v1/retrieve", json={"query": "x", "namespace": "team-b"}, headers=h)
+    ).status_code == 403
+    assert (
+        await authed.post("/v1/retrieve", json={"query": "x", "namespace": "team-a"}, headers=h)
+    ).status_code == 200
     h = {"Authorization": "Bearer key-all-0001"}
-    assert (await authed.post("/v1/retrieve", json={"query": "x", "namespace": "team-b"}, headers=h)).status_code == 200
+    assert (
+        await authed.post("/v1/retrieve", json={"query": "x", "namespace": "team-b"}, headers=h)
+    ).status_code == 200
 
 
 def test_settings_fail_fast():
@@ -105,4 +153,7 @@ def test_settings_fail_fast():
     with pytest.raises(ValueError):
         Settings(pool_min=5, pool_max=2)
     assert Settings(api_keys="aaaaaaaa,bbbbbbbb:x|y,cccccccc:*").parsed_api_keys() == {
-        "aaaaaaaa": None, "bbbbbbbb": frozenset({"x", "y"}), "cccccccc": None}
+        "aaaaaaaa": None,
+        "bbbbbbbb": frozenset({"x", "y"}),
+        "cccccccc": None,
+    }

@@ -20,7 +20,9 @@ LINES = [
 
 
 def _write(path, rows):
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    path.write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+    )
 
 
 async def _count(rt, sql, *args):
@@ -54,15 +56,33 @@ async def test_import_stores_rows_entities_links_and_is_idempotent(rt, ns, tmp_p
     rep = await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER)
     assert (rep.received, rep.inserted, rep.updated, rep.embedded) == (5, 5, 0, 5)
     assert await _count(rt, "SELECT count(*) FROM memory_links WHERE namespace = $1", ns) == 1
-    assert await _count(rt, "SELECT count(*) FROM memory_entities WHERE namespace = $1 AND entity = 'resonant engine'", ns) == 1
-    assert await _count(rt, "SELECT count(*) FROM memory_entities WHERE namespace = $1 AND entity = 'アオバ'", ns) == 2
+    assert (
+        await _count(
+            rt,
+            "SELECT count(*) FROM memory_entities WHERE namespace = $1 AND entity = 'resonant engine'",
+            ns,
+        )
+        == 1
+    )
+    assert (
+        await _count(
+            rt,
+            "SELECT count(*) FROM memory_entities WHERE namespace = $1 AND entity = 'アオバ'",
+            ns,
+        )
+        == 2
+    )
     assert await _count(rt, "SELECT count(*) FROM import_rows") == 0  # staging is gone
     await _statistics_match_a_recount(rt, ns)
     resp = await rt.orchestrator.retrieve("カレーの辛さ", RetrievalOptions(namespace=ns, limit=3))
     assert resp.results[0].id == "p5"
 
     again = await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER)
-    assert (again.inserted, again.updated, again.embedded) == (0, 5, 0)  # unchanged text keeps its vector
+    assert (again.inserted, again.updated, again.embedded) == (
+        0,
+        5,
+        0,
+    )  # unchanged text keeps its vector
     assert await _count(rt, "SELECT count(*) FROM memories WHERE namespace = $1", ns) == 5
     await _statistics_match_a_recount(rt, ns)
 
@@ -92,7 +112,12 @@ async def test_an_interrupted_import_shows_nothing_and_resumes(rt, ns, tmp_path,
 
 async def test_a_bad_line_writes_nothing(rt, ns, tmp_path):
     f = tmp_path / "bad.jsonl"
-    f.write_text(json.dumps(LINES[0], ensure_ascii=False) + "\n{oops\n" + json.dumps({"id": "p1", "content": "x"}) + "\n")
+    f.write_text(
+        json.dumps(LINES[0], ensure_ascii=False)
+        + "\n{oops\n"
+        + json.dumps({"id": "p1", "content": "x"})
+        + "\n"
+    )
     with pytest.raises(InvalidInput) as err:
         await importer.import_file(rt, f, namespace=ns, workers=1)
     assert {(e["line"], e["field"]) for e in err.value.errors} == {(2, "(json)"), (3, "id")}
@@ -116,11 +141,24 @@ async def test_vectors_are_checked_against_the_file(rt, ns, tmp_path):
 async def test_rebuild_drops_and_rebuilds_the_deferred_indexes(rt, ns, tmp_path):
     f = tmp_path / "m.jsonl"
     _write(f, LINES[:2])
-    before = await _count(rt, "SELECT count(*) FROM pg_indexes WHERE indexname = ANY($1::text[])", list(bulk.DEFERRED_INDEXES))
+    before = await _count(
+        rt,
+        "SELECT count(*) FROM pg_indexes WHERE indexname = ANY($1::text[])",
+        list(bulk.DEFERRED_INDEXES),
+    )
     rep = await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.ALWAYS)
     assert len(rep.rebuilt) == before > 0
-    assert await _count(rt, "SELECT count(*) FROM pg_indexes WHERE indexname = ANY($1::text[])", list(bulk.DEFERRED_INDEXES)) == before
-    resp = await rt.orchestrator.retrieve("アオバの締め切り", RetrievalOptions(namespace=ns, limit=3))
+    assert (
+        await _count(
+            rt,
+            "SELECT count(*) FROM pg_indexes WHERE indexname = ANY($1::text[])",
+            list(bulk.DEFERRED_INDEXES),
+        )
+        == before
+    )
+    resp = await rt.orchestrator.retrieve(
+        "アオバの締め切り", RetrievalOptions(namespace=ns, limit=3)
+    )
     assert {r.id for r in resp.results} == {"p1", "p2"} and not resp.metadata.degraded
 
 
@@ -129,7 +167,9 @@ async def test_worker_processes_give_the_same_terms(rt, ns, tmp_path):
     _write(f, LINES)
     await importer.import_file(rt, f, namespace=ns, workers=2, rebuild=bulk.Rebuild.NEVER)
     async with rt.pool.acquire() as conn:
-        rows = await conn.fetch("SELECT content, title, search_tokens FROM memories WHERE namespace = $1", ns)
+        rows = await conn.fetch(
+            "SELECT content, title, search_tokens FROM memories WHERE namespace = $1", ns
+        )
     for r in rows:
         assert r["search_tokens"].split() == rt.nlp.terms(r["content"])
 
@@ -145,9 +185,29 @@ async def test_deleting_memories_takes_their_postings_and_entities(rt, ns, tmp_p
     _write(f, LINES)
     await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER)
     async with rt.pool.acquire() as conn:
-        ids = [r["id"] for r in await conn.fetch("SELECT id FROM memories WHERE namespace = $1", ns)]
-        assert await conn.fetchval("SELECT count(*) FROM postings WHERE memory_id = ANY($1::bigint[])", ids) > 0
+        ids = [
+            r["id"] for r in await conn.fetch("SELECT id FROM memories WHERE namespace = $1", ns)
+        ]
+        assert (
+            await conn.fetchval(
+                "SELECT count(*) FROM postings WHERE memory_id = ANY($1::bigint[])", ids
+            )
+            > 0
+        )
         await conn.execute("DELETE FROM memories WHERE namespace = $1", ns)
-        assert await conn.fetchval("SELECT count(*) FROM postings WHERE memory_id = ANY($1::bigint[])", ids) == 0
-        assert await conn.fetchval("SELECT count(*) FROM memory_entities WHERE memory_id = ANY($1::bigint[])", ids) == 0
-        assert await conn.fetchval("SELECT doc_count FROM namespace_stats WHERE namespace = $1", ns) == 0
+        assert (
+            await conn.fetchval(
+                "SELECT count(*) FROM postings WHERE memory_id = ANY($1::bigint[])", ids
+            )
+            == 0
+        )
+        assert (
+            await conn.fetchval(
+                "SELECT count(*) FROM memory_entities WHERE memory_id = ANY($1::bigint[])", ids
+            )
+            == 0
+        )
+        assert (
+            await conn.fetchval("SELECT doc_count FROM namespace_stats WHERE namespace = $1", ns)
+            == 0
+        )

@@ -20,8 +20,17 @@ from retrieval.runtime import open_runtime
 # The standby applies WAL this long after the primary wrote it: a read served by it right after
 # a write would miss the write.
 APPLY_DELAY_MS = 1500
-DOCS = [{"id": f"m{i}", "content": text} for i, text in enumerate(
-    ["ジムで筋トレをした", "京都旅行の計画を立てた", "先週の会議の議事録", "カレーの隠し味はチョコレート"])]
+DOCS = [
+    {"id": f"m{i}", "content": text}
+    for i, text in enumerate(
+        [
+            "ジムで筋トレをした",
+            "京都旅行の計画を立てた",
+            "先週の会議の議事録",
+            "カレーの隠し味はチョコレート",
+        ]
+    )
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,13 +44,20 @@ async def cluster(tmp_path_factory, nlp, embedder):
     with open(standby_dir / "postgresql.auto.conf", "a") as f:
         f.write(f"recovery_min_apply_delay = '{APPLY_DELAY_MS}ms'\n")
     standby = await asyncio.to_thread(embedded_dsn, standby_dir)
-    s = Settings(database_url=primary, replica_urls=standby, replica_check_s=0.1, replica_max_lag_s=30,
-                 run_retention_days=0, log_runs=False)
+    s = Settings(
+        database_url=primary,
+        replica_urls=standby,
+        replica_check_s=0.1,
+        replica_max_lag_s=30,
+        run_retention_days=0,
+        log_runs=False,
+    )
     rt = await open_runtime(s, embedder=embedder, nlp=nlp)
     app = create_app(s, runtime=rt)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://t"
-    ) as client:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
+    ):
         yield rt, client, standby, standby_dir
     await rt.close()
     stop_embedded(standby_dir)
@@ -59,7 +75,11 @@ async def _caught_up(rt, namespace: str, timeout_s: float = 20.0) -> None:
 async def _standby_xacts(dsn: str) -> int:
     conn = await asyncpg.connect(dsn)
     try:
-        return int(await conn.fetchval("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"))
+        return int(
+            await conn.fetchval(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+            )
+        )
     finally:
         await conn.close()
 
@@ -74,7 +94,11 @@ async def test_searches_go_to_the_standby_and_a_read_after_a_write_sees_it(clust
     assert r.status_code == 200 and lsn_value(r.json()["lsn"]) > 0
     await _caught_up(rt, "repl")
 
-    before, replica_legs, primary_legs = await _standby_xacts(standby), _legs("replica"), _legs("primary")
+    before, replica_legs, primary_legs = (
+        await _standby_xacts(standby),
+        _legs("replica"),
+        _legs("primary"),
+    )
     for q in ["筋トレ", "京都", "議事録", "隠し味"] * 3:
         r = await client.post("/v1/retrieve", json={"query": q, "namespace": "repl"})
         assert r.status_code == 200 and r.json()["results"] and not r.json()["metadata"]["degraded"]
@@ -89,8 +113,13 @@ async def test_searches_go_to_the_standby_and_a_read_after_a_write_sees_it(clust
 
     # Read-your-writes: the standby applies this write 1.5 s late, so the next reads of the
     # namespace go to the primary until the standby has it.
-    r = await client.post("/v1/memories", json={"namespace": "repl", "memories": [
-        {"id": "new", "content": "新しいノートPCを買った"}]})
+    r = await client.post(
+        "/v1/memories",
+        json={
+            "namespace": "repl",
+            "memories": [{"id": "new", "content": "新しいノートPCを買った"}],
+        },
+    )
     assert r.status_code == 200
     assert rt.router.read_pool("repl")[1] is None
     got = await client.post("/v1/retrieve", json={"query": "ノートPCを買った", "namespace": "repl"})
@@ -114,7 +143,11 @@ async def test_a_dead_standby_costs_a_fallback_not_an_error_and_is_used_again_wh
     t = time.perf_counter()
     r = await client.post("/v1/retrieve", json={"query": "京都旅行", "namespace": "repl2"})
     fallback_ms = (time.perf_counter() - t) * 1000
-    assert r.status_code == 200 and r.json()["results"][0]["id"] == "m1" and not r.json()["metadata"]["degraded"]
+    assert (
+        r.status_code == 200
+        and r.json()["results"][0]["id"] == "m1"
+        and not r.json()["metadata"]["degraded"]
+    )
     assert (await client.get("/v1/memories/m1", params={"namespace": "repl2"})).status_code == 200
     assert not rt.router.replicas[0].healthy
     primary_legs = _legs("primary")

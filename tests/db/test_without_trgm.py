@@ -38,9 +38,10 @@ async def no_trgm(tmp_path_factory, nlp, embedder):
     s = Settings(database_url=dsn, run_retention_days=0, log_runs=False)
     rt = await open_runtime(s, embedder=embedder, nlp=nlp)
     app = create_app(s, runtime=rt)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://t"
-    ) as client:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
+    ):
         yield rt, client
     await rt.close()
     stop_embedded(data_dir)
@@ -49,14 +50,30 @@ async def no_trgm(tmp_path_factory, nlp, embedder):
 async def test_without_pg_trgm_the_names_leg_is_reported_missing_and_the_rest_works(no_trgm):
     rt, client = no_trgm
     async with rt.pool.acquire() as conn:
-        assert await conn.fetchval("SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_trgm'") == 0
-        assert await conn.fetchval("SELECT count(*) FROM pg_extension WHERE extname = 'vector'") == 1
+        assert (
+            await conn.fetchval(
+                "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_trgm'"
+            )
+            == 0
+        )
+        assert (
+            await conn.fetchval("SELECT count(*) FROM pg_extension WHERE extname = 'vector'") == 1
+        )
     assert "pg_trgm" in rt.missing
-    r = await client.post("/v1/memories", json={"namespace": "t", "memories": [
-        {"id": "a", "content": "RTX-4090を買ってゲーミングPCを組んだ"},
-        {"id": "b", "content": "京都で抹茶のパフェを食べた"}]})
+    r = await client.post(
+        "/v1/memories",
+        json={
+            "namespace": "t",
+            "memories": [
+                {"id": "a", "content": "RTX-4090を買ってゲーミングPCを組んだ"},
+                {"id": "b", "content": "京都で抹茶のパフェを食べた"},
+            ],
+        },
+    )
     assert r.status_code == 200
-    r = await client.post("/v1/retrieve", json={"query": "RTX-4090はいつ買った？", "namespace": "t"})
+    r = await client.post(
+        "/v1/retrieve", json={"query": "RTX-4090はいつ買った？", "namespace": "t"}
+    )
     body = r.json()
     assert r.status_code == 200 and body["results"][0]["id"] == "a"
     trigram = body["metadata"]["search_breakdown"]["trigram"]

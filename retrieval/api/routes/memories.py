@@ -37,7 +37,9 @@ async def _within(seconds: float, coro: Any) -> Any:
     try:
         return await asyncio.wait_for(coro, seconds)
     except TimeoutError as exc:
-        raise StoreUnavailable(f"the database did not finish the write within {seconds:g} s") from exc
+        raise StoreUnavailable(
+            f"the database did not finish the write within {seconds:g} s"
+        ) from exc
 
 
 def _path_id(memory_id: str) -> str:
@@ -53,10 +55,18 @@ async def add_memories(body: MemoriesIn, rt: RuntimeDep, scope: ScopeDep) -> dic
     check_scope(scope, body.namespace)
     check_limits(rt.settings, body)
     timeout = rt.settings.write_timeout_s
-    rep = await _within(timeout, ingest(
-        rt.pool, rt.nlp, rt.embedder, body.memories, namespace=body.namespace,
-        batch_size=rt.settings.embed_batch_size, timeout_s=timeout,
-    ))
+    rep = await _within(
+        timeout,
+        ingest(
+            rt.pool,
+            rt.nlp,
+            rt.embedder,
+            body.memories,
+            namespace=body.namespace,
+            batch_size=rt.settings.embed_batch_size,
+            timeout_s=timeout,
+        ),
+    )
     m.INGESTED.labels("insert").inc(rep.inserted)
     m.INGESTED.labels("update").inc(rep.updated)
     # With replicas: the primary's WAL position after the write; this namespace's reads wait
@@ -85,8 +95,9 @@ async def archive_memory(
     """Archive a memory: it is kept but never returned by a search again."""
     check_scope(scope, namespace)
     async with rt.pool.acquire() as conn:
-        got = await conn.fetchval(q.ARCHIVE_MEMORY, namespace, _path_id(memory_id),
-                                  timeout=rt.settings.write_timeout_s)
+        got = await conn.fetchval(
+            q.ARCHIVE_MEMORY, namespace, _path_id(memory_id), timeout=rt.settings.write_timeout_s
+        )
     if got is None:
         raise NotFound(f"no memory {memory_id!r} in namespace {namespace!r}")
     await rt.router.note_write(namespace)
@@ -103,8 +114,15 @@ async def feedback(body: FeedbackIn, rt: RuntimeDep, scope: ScopeDep) -> dict[st
         got = await conn.fetchval(sql, body.namespace, body.memory_id, timeout=timeout)
         if got is None:
             raise NotFound(f"no memory {body.memory_id!r} in namespace {body.namespace!r}")
-        await conn.execute(q.INSERT_FEEDBACK, uuid.UUID(body.run_id) if body.run_id else None,
-                           body.namespace, body.memory_id, body.negative, body.comment, timeout=timeout)
+        await conn.execute(
+            q.INSERT_FEEDBACK,
+            uuid.UUID(body.run_id) if body.run_id else None,
+            body.namespace,
+            body.memory_id,
+            body.negative,
+            body.comment,
+            timeout=timeout,
+        )
     await rt.router.note_write(body.namespace)
     m.FEEDBACK.labels("negative" if body.negative else "positive").inc()
     return {"id": body.memory_id, "namespace": body.namespace, "searchable": not body.negative}

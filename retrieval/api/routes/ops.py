@@ -34,9 +34,14 @@ class ReadyOut(BaseModel):
     missing: dict[str, str] | None = None
 
 
-_READY_RESPONSES: dict[int | str, dict[str, Any]] = {503: {"model": ReadyOut, "description": "not ready"}}
+_READY_RESPONSES: dict[int | str, dict[str, Any]] = {
+    503: {"model": ReadyOut, "description": "not ready"}
+}
 _METRICS_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"}
+    200: {
+        "content": {"text/plain": {"schema": {"type": "string"}}},
+        "description": "Prometheus text format",
+    }
 }
 
 
@@ -58,7 +63,9 @@ async def readyz(request: Request) -> JSONResponse:
         checks["replicas"] = rt.router.status()
     if rt is not None and rt.missing:
         checks["missing"] = rt.missing
-    ok = bool(checks.get("models") and checks.get("database") and not checks.get("migrations_pending"))
+    ok = bool(
+        checks.get("models") and checks.get("database") and not checks.get("migrations_pending")
+    )
     return JSONResponse({"ready": ok, **checks}, status_code=200 if ok else 503)
 
 
