@@ -58,6 +58,41 @@ EXPANSION_SOURCES = frozenset({Source.LINKS, Source.ENTITY, Source.THREAD})
 ADDABLE_SOURCES = frozenset({Source.RECENT, Source.STATES, Source.VECTOR_GLOBAL})
 
 
+class SourceStatus(StrEnum):
+    """How a source's search went."""
+
+    OK = "ok"
+    SKIPPED = "skipped"  # nothing to search for (no keywords, no window, no seeds)
+    TIMEOUT = "timeout"
+    ERROR = "error"
+    UNAVAILABLE = "unavailable"  # the server lacks what it needs (pg_trgm)
+
+
+# A source that failed; and the statuses that make an answer degraded.
+FAILED = frozenset({SourceStatus.TIMEOUT, SourceStatus.ERROR})
+DEGRADING = FAILED | {SourceStatus.UNAVAILABLE}
+
+
+class Relevance(StrEnum):
+    HIGH = "high"  # a strong score, not a near-duplicate of a better result
+    MEDIUM = "medium"
+    NEAR_WINDOW = "near_window"  # just outside a fuzzy window (お盆の頃, around March)
+    OUTSIDE_WINDOW = "outside_window"
+
+
+class WindowMode(StrEnum):
+    """How a query's time window orders results."""
+
+    FIRST = "first"  # memories inside the window rank before any outside it
+
+
+class Norm(StrEnum):
+    """Per-source score normalisation before fusion."""
+
+    MINMAX = "minmax"
+    MAX = "max"
+
+
 class Fusion(StrEnum):
     WEIGHTED = "weighted"
     RRF = "rrf"
@@ -190,7 +225,16 @@ class Candidate:
     answers_focus: bool = False
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
+class Fused:
+    """A candidate after fusion: the signals each source gave it and its fused score."""
+
+    candidate: Candidate
+    signals: dict[str, float]
+    score: float
+
+
+@dataclass(frozen=True)
 class ScoredResult:
     """A fused candidate: final score, per-signal scores, the sources that found it, a reason."""
 
@@ -198,7 +242,7 @@ class ScoredResult:
     score: float
     signals: dict[str, float]
     sources: list[str]
-    relevance: str = "medium"
+    relevance: Relevance = Relevance.MEDIUM
     reason: str = ""
 
 
@@ -212,6 +256,7 @@ class RetrievalOptions:
     source_types: tuple[str, ...] = ()
     now: datetime | None = None
     recent_conversation: tuple[tuple[str, str], ...] = ()
+    # Each result's per-signal scores (signals); off = an empty mapping.
     include_metadata_details: bool = True
     log_run: bool = True
     # Multi-hop expansion from the first wave's best candidates (and these memories' links).
@@ -236,12 +281,12 @@ class RetrievalResult:
     score: float
     signals: dict[str, float]
     sources: list[str]
-    relevance: str
+    relevance: Relevance
     reason: str
 
     @classmethod
-    def of(cls, r: ScoredResult) -> RetrievalResult:
-        """The answer's view of a reranked candidate."""
+    def of(cls, r: ScoredResult, *, details: bool = True) -> RetrievalResult:
+        """The answer's view of a reranked candidate (its per-signal scores only with details)."""
         c = r.candidate
         return cls(
             id=c.external_id,
@@ -252,7 +297,7 @@ class RetrievalResult:
             metadata=c.metadata,
             created_at=c.created_at,
             score=r.score,
-            signals=r.signals,
+            signals=r.signals if details else {},
             sources=r.sources,
             relevance=r.relevance,
             reason=r.reason,
@@ -280,7 +325,7 @@ class SourceReport:
     source: str
     latency_ms: float
     count: int
-    status: str  # ok | timeout | error | skipped | unavailable (the server lacks what it needs)
+    status: SourceStatus
     error: str | None = None
 
 

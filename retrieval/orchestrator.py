@@ -24,6 +24,8 @@ from retrieval.embeddings import Embedder
 from retrieval.errors import InvalidInput, StoreUnavailable
 from retrieval.models import (
     ADDABLE_SOURCES,
+    DEGRADING,
+    FAILED,
     Candidate,
     Filters,
     QueryIntent,
@@ -33,6 +35,7 @@ from retrieval.models import (
     RetrievalResult,
     Source,
     SourceReport,
+    SourceStatus,
     TimeRange,
 )
 from retrieval.replicas import CONNECTION_ERRORS, ReadRouter
@@ -70,10 +73,12 @@ def choose_seeds(
     """The first wave's best `expand_seeds` candidates, scored as the reranker scores them
     (fused, then the character n-gram signal on the best `rerank_top`) and scaled so the best
     is 1; after the memories the caller named (the current turn's context), which count as 1."""
-    fused = sorted(fuse_first_wave(per_source, preset).values(), key=lambda x: x[2], reverse=True)
-    top = fused[: preset.rerank_top]
-    lex = lex_signal(query, {c.id: (c.title or "") + c.content for c, _, _ in top}, preset)
-    scored = [(c, blend_lex(s, lex[c.id], preset) if lex else s) for c, _, s in top]
+    fused = sorted(
+        fuse_first_wave(per_source, preset).values(), key=lambda f: f.score, reverse=True
+    )
+    top = [(f.candidate, f.score) for f in fused[: preset.rerank_top]]
+    lex = lex_signal(query, {c.id: (c.title or "") + c.content for c, _ in top}, preset)
+    scored = [(c, blend_lex(s, lex[c.id], preset) if lex else s) for c, s in top]
     best = sorted(scored, key=lambda x: x[1], reverse=True)[: preset.expand_seeds]
     high = best[0][1] if best and best[0][1] > 0 else 1.0
     seeds = {x: 1.0 for x in given}
@@ -82,10 +87,6 @@ def choose_seeds(
         # pass on nearly as much as the seed that matched all of it.
         seeds.setdefault(c.external_id, (max(score, 0.0) / high) ** SEED_SHARPNESS)
     return tuple(seeds.items())
-
-
-# Source statuses that make an answer degraded.
-DEGRADED_STATUSES = ("timeout", "error", "unavailable")
 
 
 class _StageClock:
@@ -109,9 +110,9 @@ def _require_an_answer(p: Plan, reports: Mapping[str, SourceReport]) -> None:
     tried = {
         k: r
         for k, r in reports.items()
-        if k in first_wave and r.status not in ("skipped", "unavailable")
+        if k in first_wave and r.status not in (SourceStatus.SKIPPED, SourceStatus.UNAVAILABLE)
     }
-    if tried and all(r.status in ("timeout", "error") for r in tried.values()):
+    if tried and all(r.status in FAILED for r in tried.values()):
         m.UNAVAILABLE.inc()
         raise StoreUnavailable(
             "no search source answered: " + ", ".join(f"{k}: {r.error}" for k, r in tried.items())
@@ -262,7 +263,7 @@ class Orchestrator:
             limit=options.limit, query=q, diversify_by=options.diversify_by,
             per_bucket=options.per_bucket,
         )  # fmt: skip
-        results = [RetrievalResult.of(r) for r in scored]
+        results = [RetrievalResult.of(r, details=options.include_metadata_details) for r in scored]
         meta = RetrievalMetadata(
             strategy_used=p.strategy,
             query_intent=intent,
@@ -272,7 +273,7 @@ class Orchestrator:
             num_results_before_rerank=counts["before"],
             num_results_after_rerank=len(results),
             # Without a source this server lacks, the answer is degraded too, and says so.
-            degraded=[s for s, r in reports.items() if r.status in DEGRADED_STATUSES],
+            degraded=[s for s, r in reports.items() if r.status in DEGRADING],
             run_id=str(uuid.uuid4()),
             params=_plan_json(p, window, options.time_range is not None),
         )
@@ -385,9 +386,7 @@ class Orchestrator:
                 await asyncio.gather(*(tasks[s] for s in text_first))
                 found = {s: tasks[s].result()[0] for s in text_first}
                 states = [tasks[s].result()[1].status for s in text_first]
-                down = any(x in ("timeout", "error") for x in states) and all(
-                    x in ("timeout", "error", "unavailable") for x in states
-                )
+                down = any(x in FAILED for x in states) and all(x in DEGRADING for x in states)
                 if down:  # the store is not answering: another wave would only wait longer
                     expanders = ()
                 elif not any(found.values()) and not given_seeds:
@@ -428,9 +427,11 @@ class Orchestrator:
         the embedding first, at most that timeout. Never raises: failures are reported."""
         fn = self.sources.get(source)
         if fn is None:
-            return [], SourceReport(source.value, 0.0, 0, "error", "no such source")
+            return [], SourceReport(source.value, 0.0, 0, SourceStatus.ERROR, "no such source")
         if source in self.unavailable:
-            return [], SourceReport(source.value, 0.0, 0, "unavailable", self.unavailable[source])
+            return [], SourceReport(
+                source.value, 0.0, 0, SourceStatus.UNAVAILABLE, self.unavailable[source]
+            )
         sctx = ctx
         timeout = self._timeout_s(source)
         if source not in TEXT_ONLY_SOURCES:
@@ -448,14 +449,18 @@ class Orchestrator:
                     source.value,
                     ms,
                     0,
-                    "timeout",
+                    SourceStatus.TIMEOUT,
                     f"embedding not ready after {timeout * 1000:.0f} ms",
                 )
             except Exception as exc:  # the embedding failed: the vector legs cannot run
                 m.SOURCE_ERRORS.labels(source.value).inc()
                 logger.warning("source %s skipped: embedding failed: %s", source.value, exc)
                 return [], SourceReport(
-                    source.value, 0.0, 0, "error", f"embedding failed: {type(exc).__name__}"
+                    source.value,
+                    0.0,
+                    0,
+                    SourceStatus.ERROR,
+                    f"embedding failed: {type(exc).__name__}",
                 )
         t = time.perf_counter()
         m.DB_QUERIES.labels("primary" if sctx.replica is None else "replica").inc()
@@ -463,15 +468,19 @@ class Orchestrator:
             got = await asyncio.wait_for(fn(_with_timeout(sctx, timeout)), timeout=timeout)
             ms = (time.perf_counter() - t) * 1000.0
             m.SEARCH_LATENCY.labels(source.value).observe(ms)
-            return got, SourceReport(source.value, ms, len(got), "ok")
+            return got, SourceReport(source.value, ms, len(got), SourceStatus.OK)
         except Skip as why:
-            return [], SourceReport(source.value, 0.0, 0, "skipped", str(why))
+            return [], SourceReport(source.value, 0.0, 0, SourceStatus.SKIPPED, str(why))
         except (TimeoutError, asyncpg.exceptions.QueryCanceledError):
             ms = (time.perf_counter() - t) * 1000.0
             m.SOURCE_TIMEOUTS.labels(source.value).inc()
             logger.warning("source %s timed out after %.0f ms", source.value, ms)
             return [], SourceReport(
-                source.value, ms, 0, "timeout", f"timed out after {timeout * 1000:.0f} ms"
+                source.value,
+                ms,
+                0,
+                SourceStatus.TIMEOUT,
+                f"timed out after {timeout * 1000:.0f} ms",
             )
         except Exception as exc:  # a broken source must not fail the request
             if (
@@ -487,7 +496,7 @@ class Orchestrator:
             ms = (time.perf_counter() - t) * 1000.0
             m.SOURCE_ERRORS.labels(source.value).inc()
             logger.exception("source %s failed", source.value)
-            return [], SourceReport(source.value, ms, 0, "error", type(exc).__name__)
+            return [], SourceReport(source.value, ms, 0, SourceStatus.ERROR, type(exc).__name__)
 
     def _spawn(self, coro: Any) -> None:
         """Write a run in the background; when the database is slow and writes pile up past

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import unicodedata
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import numpy as np
@@ -15,10 +15,14 @@ from retrieval.models import (
     ADDABLE_SOURCES,
     EXPANSION_SOURCES,
     Candidate,
+    Fused,
     Fusion,
+    Norm,
+    Relevance,
     ScoredResult,
     Source,
     TimeRange,
+    WindowMode,
 )
 from retrieval.strategy import Preset
 
@@ -48,10 +52,10 @@ class Expanded:
 
 
 def expand(
-    fused: dict[int, tuple[Candidate, dict[str, float], float]],
+    fused: dict[int, Fused],
     per_source: Mapping[Source, Sequence[Candidate]],
     weights: Mapping[Source, float],
-) -> tuple[dict[int, tuple[Candidate, dict[str, float], float]], Expanded]:
+) -> tuple[dict[int, Fused], Expanded]:
     """Add what the expansion sources reached. Each scores the chain seed -> memory; the best
     chain, times its source's weight, stands for the memory when it beats the memory's own
     fused score (a reply outranks the question it answers; a deadline reached through a
@@ -62,34 +66,36 @@ def expand(
     for source in EXPANSION_SOURCES:
         w = weights.get(source, 0.0)
         for c in per_source.get(source, ()):
-            cand, signals, score = out.get(c.id, (c, {}, 0.0))
-            out[c.id] = (cand, {**signals, source.value: c.score}, score)
+            f = out.get(c.id) or Fused(c, {}, 0.0)
+            out[c.id] = replace(f, signals={**f.signals, source.value: c.score})
             if c.id not in best or w * c.score > best[c.id][0]:
                 best[c.id] = (w * c.score, c)
             if c.via:
                 vias.setdefault(c.id, []).append(c.via)
     chain_text: dict[int, str] = {}
     for cid, (b, c) in best.items():
-        cand, signals, score = out[cid]
-        if b > score:
+        f = out[cid]
+        if b > f.score:
             # The chain stands for the memory; the memory's own match still orders chains.
-            out[cid] = (cand, {**signals, "expansion": b}, b + OWN_SHARE * score)
+            out[cid] = Fused(f.candidate, {**f.signals, "expansion": b}, b + OWN_SHARE * f.score)
             if c.seed_text:
-                chain_text[cid] = c.seed_text + "\n" + (cand.title or "") + cand.content
+                chain_text[cid] = (
+                    c.seed_text + "\n" + (f.candidate.title or "") + f.candidate.content
+                )
     return out, Expanded(vias, chain_text)
 
 
 def admit(
-    ordered: Sequence[tuple[Candidate, dict[str, float], float]],
+    ordered: Sequence[Fused],
     per_source: Mapping[Source, Sequence[Candidate]],
     preset: Preset,
     seats: int,
-) -> list[tuple[Candidate, dict[str, float], float]]:
+) -> list[Fused]:
     """The candidates the reranker considers: each source's quota of its own best first, then
     the best remaining by fused order; entity-only candidates capped at their share."""
     if not preset.quotas:
         return list(ordered[:seats])
-    position = {c.id: i for i, (c, _, _) in enumerate(ordered)}
+    position = {f.candidate.id: i for i, f in enumerate(ordered)}
     entity_cap = math.floor(preset.entity_only_share * seats)
     others = {s.value for s in per_source if s != Source.ENTITY}
 
@@ -103,21 +109,21 @@ def admit(
         for c in own[: math.ceil(share * seats)]:
             if c.id not in position or c.id in chosen:
                 continue
-            if entity_only(ordered[position[c.id]][1]):
+            if entity_only(ordered[position[c.id]].signals):
                 if taken >= entity_cap:
                     continue
                 taken += 1
             chosen.add(c.id)
-    for c, signals, _ in ordered:
+    for f in ordered:
         if len(chosen) >= seats:
             break
-        if c.id in chosen:
+        if f.candidate.id in chosen:
             continue
-        if entity_only(signals):
+        if entity_only(f.signals):
             if taken >= entity_cap:
                 continue
             taken += 1
-        chosen.add(c.id)
+        chosen.add(f.candidate.id)
     return [ordered[i] for i in sorted(position[c] for c in chosen)]
 
 
@@ -158,25 +164,24 @@ def maxnorm(scores: Sequence[float]) -> list[float]:
     return [s / hi if hi > 0 else 0.0 for s in scores]
 
 
-NORMALISERS = {"minmax": minmax, "max": maxnorm}
+NORMALISERS = {Norm.MINMAX: minmax, Norm.MAX: maxnorm}
 
 
 def fuse_weighted(
     per_source: Mapping[Source, Sequence[Candidate]],
     weights: Mapping[Source, float],
-    norms: Mapping[Source, str] | None = None,
-) -> dict[int, tuple[Candidate, dict[str, float], float]]:
+    norms: Mapping[Source, Norm] | None = None,
+) -> dict[int, Fused]:
     """Normalise per source (min-max unless told), then the weighted sum."""
-    out: dict[int, tuple[Candidate, dict[str, float], float]] = {}
+    out: dict[int, Fused] = {}
     total_w = sum(weights.get(s, 0.0) for s in per_source if per_source[s]) or 1.0
     for source, cands in per_source.items():
         w = weights.get(source, 0.0)
-        norm = NORMALISERS[(norms or {}).get(source, "minmax")]
+        norm = NORMALISERS[(norms or {}).get(source, Norm.MINMAX)]
         for c, n in zip(cands, norm([c.score for c in cands]), strict=True):
-            cand, signals, score = out.get(c.id, (c, {}, 0.0))
-            signals[source.value] = c.score
-            signals[f"{source.value}_norm"] = n
-            out[c.id] = (cand, signals, score + w * n / total_w)
+            f = out.get(c.id) or Fused(c, {}, 0.0)
+            signals = {**f.signals, source.value: c.score, f"{source.value}_norm": n}
+            out[c.id] = Fused(f.candidate, signals, f.score + w * n / total_w)
     return out
 
 
@@ -185,17 +190,16 @@ def rrf(
     weights: Mapping[Source, float],
     *,
     k: int = 60,
-) -> dict[int, tuple[Candidate, dict[str, float], float]]:
+) -> dict[int, Fused]:
     """Reciprocal rank fusion: sum of w / (k + rank), ranks from 1."""
-    out: dict[int, tuple[Candidate, dict[str, float], float]] = {}
+    out: dict[int, Fused] = {}
     for source, cands in per_source.items():
         w = weights.get(source, 1.0)
         ranked = sorted(cands, key=lambda c: c.score, reverse=True)
         for rank, c in enumerate(ranked, start=1):
-            cand, signals, score = out.get(c.id, (c, {}, 0.0))
-            signals[source.value] = c.score
-            signals[f"{source.value}_rank"] = float(rank)
-            out[c.id] = (cand, signals, score + w / (k + rank))
+            f = out.get(c.id) or Fused(c, {}, 0.0)
+            signals = {**f.signals, source.value: c.score, f"{source.value}_rank": float(rank)}
+            out[c.id] = Fused(f.candidate, signals, f.score + w / (k + rank))
     return out
 
 
@@ -380,14 +384,14 @@ def explain(
 
 def fuse_first_wave(
     per_source: Mapping[Source, Sequence[Candidate]], preset: Preset
-) -> dict[int, tuple[Candidate, dict[str, float], float]]:
+) -> dict[int, Fused]:
     """Fuse the first-wave sources (weighted or RRF; RRF scaled to [0, 1] so that thresholds
     mean the same thing); expansion sources are added by `expand`."""
     first = {s: c for s, c in per_source.items() if s not in EXPANSION_SOURCES}
     if preset.fusion == Fusion.RRF:
         fused = rrf(first, preset.weights, k=preset.rrf_k)
-        best = max((s for _, _, s in fused.values()), default=1.0) or 1.0
-        return {k: (c, sig, s / best) for k, (c, sig, s) in fused.items()}
+        best = max((f.score for f in fused.values()), default=1.0) or 1.0
+        return {k: replace(f, score=f.score / best) for k, f in fused.items()}
     return fuse_weighted(first, preset.weights, preset.norms)
 
 
@@ -406,22 +410,29 @@ def rerank(
     add the character n-gram signal, decay by age, dedupe, threshold, diversify, label and
     explain."""
     fused, expanded = expand(fuse_first_wave(per_source, preset), per_source, preset.expansion)
-    first = preset.window == "first" and window is not None
+    first = preset.window is WindowMode.FIRST and window is not None
 
     def placed(c: Candidate) -> float:
         """0 in the window, (0, 1] into a fuzzy window's soft edge, -1 outside."""
         return near_window(c.created_at, window) if first else 0.0
 
-    ordered = sorted(fused.values(), key=lambda x: (placed(x[0]) >= 0, x[2]), reverse=True)
+    ordered = sorted(
+        fused.values(), key=lambda f: (placed(f.candidate) >= 0, f.score), reverse=True
+    )
     before = len(ordered)
     top = admit(ordered, per_source, preset, max(preset.rerank_top, limit))
     lex = lex_signal(
         query,
-        {c.id: expanded.chain_text.get(c.id) or (c.title or "") + c.content for c, _, _ in top},
+        {
+            f.candidate.id: expanded.chain_text.get(f.candidate.id)
+            or (f.candidate.title or "") + f.candidate.content
+            for f in top
+        },
         preset,
     )
     scored: list[tuple[bool, ScoredResult, float, float]] = []
-    for cand, signals, score in top:
+    for f in top:
+        cand, signals, score = f.candidate, dict(f.signals), f.score
         rec = recency_factor(
             cand.created_at,
             now,
@@ -456,15 +467,17 @@ def rerank(
     final: list[ScoredResult] = []
     for r in kept:
         near, rec = meta[r.candidate.id]
-        r.relevance = "high" if r.score >= preset.high_score and near == 0 else "medium"
+        relevance = (
+            Relevance.HIGH if r.score >= preset.high_score and near == 0 else Relevance.MEDIUM
+        )
         if first and near > 0:
-            r.relevance = "near_window"
+            relevance = Relevance.NEAR_WINDOW
         elif first and near < 0:
-            r.relevance = "outside_window"
-        r.reason = explain(
+            relevance = Relevance.OUTSIDE_WINDOW
+        reason = explain(
             r, window if first else None, rec, near, expanded.vias.get(r.candidate.id, ())
         )
-        final.append(r)
+        final.append(replace(r, relevance=relevance, reason=reason))
     counts = {
         "before": before,
         "considered": len(top),

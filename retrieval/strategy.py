@@ -7,7 +7,16 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from retrieval.models import Fusion, QueryIntent, QueryType, Source, Strategy, TimeRange
+from retrieval.models import (
+    Fusion,
+    Norm,
+    QueryIntent,
+    QueryType,
+    Source,
+    Strategy,
+    TimeRange,
+    WindowMode,
+)
 
 
 @dataclass(frozen=True)
@@ -24,14 +33,13 @@ class Preset:
     # it may take away (0 = off). Off whenever the query names a past window.
     recency_half_life_days: float = 180.0
     recency_weight: float = 0.0
-    # "first": memories inside the query's window rank before any outside it.
-    window: str | None = None
+    window: WindowMode | None = None
     min_score: float = 0.05
     high_score: float = 0.6
     dedupe_threshold: float = 0.95
     rrf_k: int = 60
-    # Per-source score normalisation ("minmax" unless named: "max").
-    norms: Mapping[Source, str] = field(default_factory=lambda: MappingProxyType({}))
+    # Per-source score normalisation (min-max unless named).
+    norms: Mapping[Source, Norm] = field(default_factory=lambda: MappingProxyType({}))
     # Weight of the character n-gram overlap signal (ref-llmless-hybrid-rerank's `lex`).
     lex_weight: float = 0.0
     lex_n: int = 2
@@ -121,7 +129,7 @@ TEMPORAL = Preset(
     (Source.TEMPORAL, Source.VECTOR, Source.KEYWORD, Source.TRIGRAM),
     Fusion.WEIGHTED,
     _w(temporal=0.4, vector=0.2, keyword=0.4, trigram=0.05),
-    window="first",
+    window=WindowMode.FIRST,
     recency_weight=0.1,
     recency_half_life_days=30.0,
     lex_weight=0.3,

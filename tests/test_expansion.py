@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from retrieval.ingest import ingest, parse_items
-from retrieval.models import Filters, RetrievalOptions, ScoredResult, Source
+from retrieval.models import Filters, Fused, RetrievalOptions, ScoredResult, Source
 from retrieval.nlp import memory_entities, question_focus
 from retrieval.rerank import admit, diversify
 from retrieval.sources import SearchContext, Skip, recent, states, vector_global
@@ -146,19 +146,19 @@ def test_quotas_keep_each_source_its_seats_and_cap_entity_only():
     for i in range(40):  # entity-only candidates with the best fused scores
         c = cand(i, 1.0, Source.ENTITY)
         per[Source.ENTITY].append(c)
-        ordered.append((c, {"entity": 1.0}, 2.0 - i / 100))
+        ordered.append(Fused(c, {"entity": 1.0}, 2.0 - i / 100))
     for i in range(40, 60):
         c = cand(i, 0.5, Source.KEYWORD)
         per[Source.KEYWORD].append(c)
-        ordered.append((c, {"keyword": 0.5}, 0.5))
+        ordered.append(Fused(c, {"keyword": 0.5}, 0.5))
     top = admit(ordered, per, replace(HYBRID, entity_only_share=0.2), 20)
-    entity_only = [c for c, s, _ in top if set(s) == {"entity"}]
+    entity_only = [f for f in top if set(f.signals) == {"entity"}]
     assert len(top) == 20 and 1 <= len(entity_only) <= 4
-    assert sum(1 for c, s, _ in top if "keyword" in s) >= 4
+    assert sum(1 for f in top if "keyword" in f.signals) >= 4
     # The shipped presets give memories that only share a name no seat at all, even through
     # the entity source's own quota.
     top = admit(ordered, per, HYBRID, 20)
-    assert not [c for c, s, _ in top if set(s) == {"entity"}] and len(top) == 20
+    assert not [f for f in top if set(f.signals) == {"entity"}] and len(top) == 20
 
 
 def test_diversify_by_a_metadata_key():

@@ -25,10 +25,10 @@ def test_weighted_fusion_follows_spec_weights():
         Source.KEYWORD: [cand(2, 10.0, Source.KEYWORD), cand(3, 1.0, Source.KEYWORD)],
     }
     fused = fuse_weighted(per, {Source.VECTOR: 0.7, Source.KEYWORD: 0.3})
-    assert fused[1][2] == pytest.approx(0.7)
-    assert fused[2][2] == pytest.approx(0.3)
-    assert fused[3][2] == pytest.approx(0.0)
-    assert fused[2][1]["keyword"] == 10.0 and fused[2][1]["vector_norm"] == 0.0
+    assert fused[1].score == pytest.approx(0.7)
+    assert fused[2].score == pytest.approx(0.3)
+    assert fused[3].score == pytest.approx(0.0)
+    assert fused[2].signals["keyword"] == 10.0 and fused[2].signals["vector_norm"] == 0.0
 
 
 def test_rrf_k60():
@@ -37,8 +37,8 @@ def test_rrf_k60():
         Source.KEYWORD: [cand(2, 3.0, Source.KEYWORD)],
     }
     fused = rrf(per, {Source.VECTOR: 1.0, Source.KEYWORD: 1.0}, k=60)
-    assert fused[1][2] == pytest.approx(1 / 61)
-    assert fused[2][2] == pytest.approx(1 / 62 + 1 / 61)
+    assert fused[1].score == pytest.approx(1 / 61)
+    assert fused[2].score == pytest.approx(1 / 62 + 1 / 61)
 
 
 def test_recency_factor():

@@ -37,7 +37,12 @@ async def test_memories_retrieve_get_archive_feedback(client, ns, rt):
     assert data["results"][0]["id"] == "a"
     assert data["results"][0]["reason"] and data["metadata"]["run_id"]
     assert data["metadata"]["degraded"] == []
+    assert data["results"][0]["signals"]["fused"] > 0
     run_id = data["metadata"]["run_id"]
+    terse = {**body, "options": {**body["options"], "include_metadata_details": False}}
+    r = await client.post("/v1/retrieve", json=terse)
+    assert r.status_code == 200 and r.json()["results"][0]["id"] == "a"
+    assert all(x["signals"] == {} and x["reason"] for x in r.json()["results"])
 
     r = await client.get(f"/v1/memories/a?namespace={ns}")
     assert r.status_code == 200 and r.json()["content"].startswith("宏啓")

@@ -45,12 +45,7 @@ async def retrieve(body: RetrieveRequest, rt: RuntimeDep, scope: ScopeDep) -> di
         per_bucket=o.per_bucket if o.diversify_by else 0,
         add_sources=tuple(Source(x) for x in o.add_sources),
     )
-    resp = await rt.orchestrator.retrieve(body.query, opts)
-    out = resp.to_json()
-    if not o.include_metadata_details:
-        for r in out["results"]:
-            r["signals"] = {}
-    return out
+    return (await rt.orchestrator.retrieve(body.query, opts)).to_json()
 
 
 @router.get("/v1/runs/{run_id}", response_model=RunOut, responses=NOT_FOUND)
