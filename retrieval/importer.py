@@ -31,7 +31,6 @@ from retrieval.ingest import (
     Analysis,
     MemoryIn,
     analyse_texts,
-    check_namespace,
     check_precomputed,
     in_threads,
     json_lines,
@@ -40,6 +39,7 @@ from retrieval.ingest import (
     prepare_rows,
 )
 from retrieval.nlp import TOKENIZER_VERSION, JapaneseNLP
+from retrieval.validation import check_namespace
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from db.store import MemoryRow
 from retrieval.embeddings import Embedder
 from retrieval.errors import InvalidInput
 from retrieval.nlp import JapaneseNLP, memory_entities, normalize_entity, terms_from_tokens
-from retrieval.validation import Instant, Metadata, SafeId, SafeStr
+from retrieval.validation import Instant, Metadata, SafeId, SafeStr, check_namespace
 
 logger = logging.getLogger(__name__)
 
@@ -423,12 +423,6 @@ async def ingest(
         ids=ids,
         seconds=time.perf_counter() - t0,
     )
-
-
-def check_namespace(namespace: str) -> None:
-    """A namespace is 1-128 characters."""
-    if not namespace or len(namespace) > 128:
-        raise InvalidInput([{"field": "namespace", "reason": "must be 1-128 characters"}])
 
 
 def _first_duplicate(ids: list[str]) -> int | None:

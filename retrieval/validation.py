@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator
 
+from retrieval.errors import InvalidInput
 from retrieval.models import TIME_MAX, TIME_MIN, time_in_bounds
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -102,3 +103,17 @@ SafeStr = Annotated[str, AfterValidator(check_text)]
 SafeId = Annotated[str, AfterValidator(check_id)]
 Instant = Annotated[datetime, AfterValidator(check_instant)]
 Metadata = Annotated[dict[str, Any], AfterValidator(check_metadata)]
+
+
+# A namespace (tenant): the one rule for the API, the CLI and the harness.
+NAMESPACE_PATTERN = r"^[A-Za-z0-9_.:\-]+$"
+MAX_NAMESPACE_CHARS = 128
+_NAMESPACE_RE = re.compile(NAMESPACE_PATTERN)
+
+
+def check_namespace(namespace: str) -> None:
+    """Refuse a namespace that is empty, longer than 128 characters or outside [A-Za-z0-9_.:-]."""
+    if not namespace or len(namespace) > MAX_NAMESPACE_CHARS or not _NAMESPACE_RE.match(namespace):
+        raise InvalidInput(
+            [{"field": "namespace", "reason": "must be 1-128 characters of A-Z a-z 0-9 _ . : -"}]
+        )

@@ -18,12 +18,19 @@ from retrieval.config import Settings
 from retrieval.errors import InvalidInput
 from retrieval.ingest import MAX_ID_CHARS, MemoryIn
 from retrieval.models import Strategy
-from retrieval.validation import Instant, SafeId, SafeStr
+from retrieval.validation import (
+    MAX_NAMESPACE_CHARS,
+    NAMESPACE_PATTERN,
+    Instant,
+    SafeId,
+    SafeStr,
+)
 
-NAMESPACE_PATTERN = r"^[A-Za-z0-9_.:\-]+$"
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 
-NamespaceStr = Annotated[str, Field(min_length=1, max_length=128, pattern=NAMESPACE_PATTERN)]
+NamespaceStr = Annotated[
+    str, Field(min_length=1, max_length=MAX_NAMESPACE_CHARS, pattern=NAMESPACE_PATTERN)
+]
 Label = Annotated[SafeStr, Field(min_length=1, max_length=64)]
 
 

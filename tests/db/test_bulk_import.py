@@ -211,3 +211,12 @@ async def test_deleting_memories_takes_their_postings_and_entities(rt, ns, tmp_p
             await conn.fetchval("SELECT doc_count FROM namespace_stats WHERE namespace = $1", ns)
             == 0
         )
+
+
+@pytest.mark.parametrize("bad", ["", "日本語", "a b", "x" * 129])
+async def test_the_namespace_rule_is_the_api_rule(rt, tmp_path, bad):
+    f = tmp_path / "m.jsonl"
+    _write(f, LINES[:1])
+    with pytest.raises(InvalidInput) as err:
+        await importer.import_file(rt, f, namespace=bad, workers=1)
+    assert err.value.errors[0]["field"] == "namespace"

@@ -12,7 +12,6 @@ from db import store as q
 from retrieval import metrics as m
 from retrieval.api.deps import RuntimeDep, ScopeDep, check_scope
 from retrieval.api.schemas import (
-    NAMESPACE_PATTERN,
     NOT_FOUND,
     ArchivedOut,
     FeedbackIn,
@@ -24,12 +23,14 @@ from retrieval.api.schemas import (
 )
 from retrieval.errors import NotFound, StoreUnavailable
 from retrieval.ingest import MAX_ID_CHARS, ingest
-from retrieval.validation import check_id
+from retrieval.validation import MAX_NAMESPACE_CHARS, NAMESPACE_PATTERN, check_id
 
 router = APIRouter(tags=["memories"])
 
 MemoryIdPath = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS)]
-NamespaceQuery = Annotated[str, Query(min_length=1, max_length=128, pattern=NAMESPACE_PATTERN)]
+NamespaceQuery = Annotated[
+    str, Query(min_length=1, max_length=MAX_NAMESPACE_CHARS, pattern=NAMESPACE_PATTERN)
+]
 
 
 async def _within(seconds: float, coro: Any) -> Any:
