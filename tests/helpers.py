@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -107,3 +108,25 @@ def dev_case_ok(analyzer, case: dict, now) -> bool:
     if t.get("relative"):
         good &= tr is not None and tr.relative == t["relative"]
     return good
+
+
+NOW_UTC = datetime.now(UTC)
+
+
+async def ingest_items(rt, ns, items):
+    """Store raw item dicts through the write path the API uses."""
+    from retrieval.ingest import ingest, parse_items
+
+    return await ingest(rt.pool, rt.nlp, rt.embedder, parse_items(items), namespace=ns)
+
+
+async def ids_of(rt, query, ns, **kw):
+    """The ids a retrieve returns (up to 20), and the response."""
+    from retrieval.models import RetrievalOptions
+
+    resp = await rt.orchestrator.retrieve(query, RetrievalOptions(namespace=ns, limit=20, **kw))
+    return [r.id for r in resp.results], resp
+
+
+def write_lines(path, lines):
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -1,4 +1,4 @@
-"""Query Analyzer and Strategy Selector: spec examples, our own cases, and the shared dev set."""
+"""Query Analyzer: query types, keywords, entities, cue dictionaries, and the shared dev set."""
 
 import json
 from datetime import datetime
@@ -6,8 +6,8 @@ from datetime import datetime
 import pytest
 
 from retrieval.analyzer import CueDictionary, QueryAnalyzer
-from retrieval.models import QueryIntent, QueryType, Strategy, TimeRange
-from retrieval.strategy import PRESETS, plan, select_strategy
+from retrieval.models import QueryType, Strategy
+from retrieval.strategy import select_strategy
 from tests.helpers import dev_case_ok, shared_file
 
 NOW = datetime.fromisoformat("2026-11-22T12:00:00+09:00")
@@ -69,40 +69,6 @@ def test_bad_dictionary_is_refused(tmp_path):
     path.write_text(json.dumps({"procedural": "レシピ"}), encoding="utf-8")
     with pytest.raises(ValueError, match="procedural"):
         CueDictionary.load(path)
-
-
-def test_selector_decision_tree():
-    base = dict(query="q", keywords=("x",))
-    assert (
-        select_strategy(QueryIntent(query_type=QueryType.CONCEPTUAL, **base))
-        == Strategy.SEMANTIC_ONLY
-    )
-    assert (
-        select_strategy(QueryIntent(query_type=QueryType.FACTUAL, **base)) == Strategy.KEYWORD_BOOST
-    )
-    assert (
-        select_strategy(QueryIntent(query="q", query_type=QueryType.FACTUAL, keywords=()))
-        == Strategy.HYBRID
-    )
-    assert select_strategy(QueryIntent(query_type=QueryType.PROCEDURAL, **base)) == Strategy.HYBRID
-    tr = TimeRange(NOW, NOW, "today")
-    assert (
-        select_strategy(QueryIntent(query_type=QueryType.CONCEPTUAL, time_range=tr, **base))
-        == Strategy.TEMPORAL
-    )
-
-
-def test_plan_force_and_recency_off_for_past_window():
-    intent = QueryIntent(
-        query="q",
-        query_type=QueryType.FACTUAL,
-        keywords=("x",),
-        time_range=TimeRange(NOW, NOW, "last_week"),
-    )
-    p = plan(intent)
-    assert p.strategy == Strategy.TEMPORAL and p.preset.recency_weight == 0.0
-    assert plan(intent, force=Strategy.SEMANTIC_ONLY).strategy == Strategy.SEMANTIC_ONLY
-    assert PRESETS[Strategy.KEYWORD_BOOST].weights  # strategies are data
 
 
 def test_dev_set_accuracy(analyzer):

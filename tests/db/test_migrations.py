@@ -1,0 +1,118 @@
+"""Migrations on the real PostgreSQL: idempotent, upgrades fill what they add, concurrent
+starts, the embedding model guard."""
+
+import json
+import os
+import subprocess
+import sys
+
+import asyncpg
+import pytest
+
+from db import migrate as migrations
+from db.meta import check_embedding_model
+from retrieval.errors import EmbeddingModelMismatch
+
+
+async def test_migrations_are_idempotent(rt):
+    conn = await asyncpg.connect(rt.dsn)
+    try:
+        assert await migrations.migrate(conn, embedding_dim=384) == []
+        assert await migrations.migrate(conn, embedding_dim=384) == []
+        assert await migrations.pending(conn) == []
+        assert await conn.fetchval("SELECT count(*) FROM schema_migrations") == len(
+            migrations.load_migrations()
+        )
+    finally:
+        await conn.close()
+
+
+async def test_upgrade_fills_postings_for_existing_memories(rt, tmp_path):
+    """A store made before migration 0002 gets postings for the memories it already holds."""
+    import shutil
+
+    db = f"upgrade_{os.getpid()}"
+    admin = await asyncpg.connect(rt.dsn)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{db}"')  # a constant, not user input
+        await admin.execute(f'CREATE DATABASE "{db}"')
+        old = tmp_path / "old"
+        old.mkdir()
+        shutil.copy(migrations.migrations_dir() / "0001_memories.sql", old)
+        conn = await asyncpg.connect(rt.dsn, database=db)
+        try:
+            assert await migrations.migrate(conn, embedding_dim=3, folder=old) == [1]
+            await conn.execute(
+                "INSERT INTO memories (external_id, namespace, content, embedding, search_tokens, "
+                "token_count, term_tf) "
+                "VALUES ('a', 'ns', 'x', '[1,0,0]', 'ジム ジム 筋トレ', 3, '{\"ジム\": 2, \"筋トレ\": 1}')"
+            )
+            # Statistics that drifted under the old write path (a duplicate id counted twice),
+            # and an eval cache key in the service table.
+            await conn.execute("INSERT INTO term_df VALUES ('ns', 'ジム', 2), ('ns', '筋トレ', 2)")
+            await conn.execute("INSERT INTO namespace_stats VALUES ('ns', 2, 6, 'k1')")
+            assert (
+                await migrations.migrate(conn, embedding_dim=3)
+                == [m.version for m in migrations.load_migrations()][1:]
+            )
+            rows = await conn.fetch("SELECT term, tf, dl FROM postings ORDER BY term")
+            assert [(r["term"], r["tf"], r["dl"]) for r in rows] == [
+                ("ジム", 2, 3),
+                ("筋トレ", 1, 3),
+            ]
+            # 0004 recounts them from the rows and moves the harness's key to its own table.
+            assert dict(await conn.fetch("SELECT term, df FROM term_df")) == {
+                "ジム": 1,
+                "筋トレ": 1,
+            }
+            assert tuple(
+                await conn.fetchrow("SELECT doc_count, total_tokens FROM namespace_stats")
+            ) == (1, 3)
+            assert (
+                await conn.fetchval("SELECT cache_key FROM harness_indexes WHERE namespace = 'ns'")
+                == "k1"
+            )
+        finally:
+            await conn.close()
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{db}"')
+        await admin.close()
+
+
+def test_concurrent_migrate_from_two_processes(tmp_path):
+    """Two processes migrating a fresh database at once: one applies, the other waits, both succeed."""
+    from db.embedded import embedded_dsn
+
+    dsn = embedded_dsn(tmp_path / "fresh")
+    code = (
+        "import asyncio, asyncpg, json, sys\n"
+        "from db import migrate\n"
+        "async def main():\n"
+        "    c = await asyncpg.connect(sys.argv[1])\n"
+        "    print(json.dumps(await migrate.migrate(c, embedding_dim=384)))\n"
+        "asyncio.run(main())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, dsn],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-500:] for o in outs]
+    applied = sorted(json.loads(o[0]) for o in outs)
+    assert applied[0] == [] and applied[1] == [m.version for m in migrations.load_migrations()]
+    from db.embedded import stop_embedded
+
+    stop_embedded(tmp_path / "fresh")
+
+
+async def test_embedding_model_mismatch_is_refused(rt):
+    async with rt.pool.acquire() as conn:
+        await check_embedding_model(conn, rt.embedder.name, rt.embedder.dim)
+        with pytest.raises(EmbeddingModelMismatch, match="multilingual-e5-small"):
+            await check_embedding_model(conn, "text-embedding-3-small", 1536)

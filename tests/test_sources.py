@@ -1,0 +1,204 @@
+"""The search legs on the real PostgreSQL: isolation, visibility rules, keyword and trigram
+legs, exact small windows."""
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+
+from retrieval.models import Strategy
+from tests.helpers import NOW_UTC as NOW
+from tests.helpers import ids_of as _ids
+from tests.helpers import ingest_items as _ingest
+
+
+async def test_namespace_isolation(rt, ns):
+    other = ns + "-b"
+    await _ingest(rt, ns, [{"id": "mine", "content": "秘密のプロジェクトXの締切は3月末"}])
+    await _ingest(rt, other, [{"id": "theirs", "content": "秘密のプロジェクトXの締切は3月末"}])
+    for strategy in Strategy:
+        ids, _ = await _ids(rt, "プロジェクトXの締切はいつ？", ns, force_strategy=strategy)
+        assert "theirs" not in ids
+    ids, _ = await _ids(rt, "プロジェクトXの締切はいつ？", other)
+    assert ids == ["theirs"]
+
+
+async def test_expired_archived_unsearchable_never_returned(rt, ns):
+    await _ingest(
+        rt,
+        ns,
+        [
+            {"id": "live", "content": "ダッシュボードの設定手順はgrafanaフォルダにある"},
+            {
+                "id": "expired",
+                "content": "ダッシュボードの設定手順は古いwikiにある",
+                "expires_at": (NOW - timedelta(days=1)).isoformat(),
+            },
+            {"id": "archived", "content": "ダッシュボードの設定手順は旧サーバーにある"},
+            {"id": "hidden", "content": "ダッシュボードの設定手順は誤りのメモにある"},
+        ],
+    )
+    async with rt.pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE memories SET is_archived = true WHERE namespace = $1 AND external_id = 'archived'",
+            ns,
+        )
+        await conn.execute(
+            "UPDATE memories SET searchable = false WHERE namespace = $1 AND external_id = 'hidden'",
+            ns,
+        )
+    for strategy in Strategy:
+        ids, _ = await _ids(rt, "ダッシュボードの設定手順", ns, force_strategy=strategy)
+        assert not {"expired", "archived", "hidden"} & set(ids), strategy
+    ids, _ = await _ids(rt, "ダッシュボードの設定手順", ns)
+    assert ids == ["live"]
+
+
+async def test_trigram_skips_names_common_in_the_namespace(rt, ns):
+    """A regression: "BM25" is tokenised bm+25 in memories, so looking the raw name up in term_df
+    found nothing and the trigram leg scanned every memory containing it (600 ms at 1M)."""
+    from retrieval.models import Filters
+    from retrieval.sources import SearchContext, trigram
+
+    await _ingest(
+        rt,
+        ns,
+        [{"id": f"c{i}", "content": f"キーワード検索のBM25を検証した{i}"} for i in range(25)]
+        + [{"id": "rare", "content": "型番RTX-4090のGPUサーバーを借りた"}],
+    )
+    for query, expect in (("BM25の検証", []), ("RTX-4090のサーバー", ["rare"])):
+        intent = rt.analyzer.analyze(query)
+        ctx = SearchContext(
+            pool=rt.pool, intent=intent, vectors=[], filters=Filters(namespace=ns), k=10
+        )
+        assert [c.external_id for c in await trigram(ctx)] == expect, query
+
+
+async def test_keyword_leg_reads_a_capped_number_of_postings_per_term(rt, ns):
+    """With the cap below a common term's document frequency, the memory with the rare term still
+    ranks first (the rare term's postings are read whole); the common term is read only up to
+    the cap, so its share of a score may be missing, never added."""
+    from retrieval.models import Filters
+    from retrieval.sources import SearchContext, keyword
+
+    await _ingest(
+        rt,
+        ns,
+        [{"id": f"c{i}", "content": f"今日は天気の話をした{i}"} for i in range(12)]
+        + [{"id": "rare", "content": "天気と量子コンピュータの話"}],
+    )
+    intent = rt.analyzer.analyze("量子コンピュータと天気")
+    full = SearchContext(
+        pool=rt.pool, intent=intent, vectors=[], filters=Filters(namespace=ns), k=20
+    )
+    capped = SearchContext(
+        pool=rt.pool,
+        intent=intent,
+        vectors=[],
+        filters=Filters(namespace=ns),
+        k=20,
+        postings_per_term=3,
+    )
+    all_rows, few = await keyword(full), await keyword(capped)
+    assert all_rows[0].external_id == few[0].external_id == "rare"
+    assert 0 < few[0].score <= all_rows[0].score + 1e-9
+    assert len(all_rows) == 13 and len(few) <= 1 + 3 * len(full.debug["keyword_terms"])
+
+
+async def test_trigram_leg_uses_the_trigram_index(rt, ns):
+    """An OR of ILIKEs was planned as a scan of every memory (715 ms on 13.4k passages)."""
+    from retrieval.sources import TRIGRAM_SQL
+
+    await _ingest(rt, ns, [{"id": "x", "content": "ボロベン高原のコーヒー"}])
+    async with rt.pool.acquire() as conn, conn.transaction():
+        await conn.execute("SET LOCAL enable_seqscan = off")
+        plan = "\n".join(
+            r[0]
+            for r in await conn.fetch(
+                "EXPLAIN " + TRIGRAM_SQL[2],
+                ns,
+                [],
+                [],
+                None,
+                None,
+                2.0,
+                10,
+                [1.0, 1.0],
+                "%ボロベン%",
+                "%コーヒー%",
+            )
+        )
+    # Each branch is confined to the namespace: a small namespace is read through its own index.
+    assert "Seq Scan on memories" not in plan
+    assert "idx_memories_content_trgm" in plan or "idx_memories_namespace_created" in plan
+
+
+async def test_trigram_names_count_by_rarity_not_length(rt, ns):
+    """A full name held by one memory outweighs a longer katakana word held by many: the
+    person asked about, not the template the question shares with other meetings."""
+    from retrieval.models import Filters
+    from retrieval.sources import SearchContext, trigram
+
+    items = [{"id": "kimura", "content": "千葉で木村翔太さんに会って、案件を進めることになった。"}]
+    items += [
+        {"id": f"p{i}", "content": f"同僚{i}さんと新しいプロジェクトの打ち合わせをした。"}
+        for i in range(6)
+    ]
+    await _ingest(rt, ns, items)
+    q = "木村翔太さんと打ち合わせしたプロジェクト"
+    ctx = SearchContext(
+        pool=rt.pool, intent=rt.analyzer.analyze(q), vectors=[], filters=Filters(namespace=ns), k=10
+    )
+    got = await trigram(ctx)
+    assert got[0].external_id == "kimura" and got[0].score > 0.5, [
+        (c.external_id, c.score) for c in got
+    ]
+
+
+async def test_small_windows_are_searched_exactly(rt, ns, monkeypatch):
+    """A window of few memories gets exact distances (HNSW walks most of the graph to find a
+    handful in-window); a larger one the index. Both return the in-window memories nearest the
+    query, best first."""
+    import retrieval.sources as src
+    from retrieval.models import Filters, TimeRange
+    from retrieval.sources import SearchContext
+
+    topics = ["ジムで筋トレ", "映画を観た", "カレーを作った", "ランニング5km", "読書会に参加"]
+    await _ingest(
+        rt,
+        ns,
+        [
+            {
+                "id": f"d{i}",
+                "content": f"{topics[i % 5]}({i}日目)",
+                "created_at": f"2026-03-{i + 1:02d}T12:00:00+09:00",
+            }
+            for i in range(20)
+        ],
+    )
+    window = TimeRange(
+        start=datetime(2026, 3, 5, tzinfo=UTC), end=datetime(2026, 3, 15, tzinfo=UTC)
+    )
+    vec = rt.embedder.embed_query("ジムでのトレーニング")
+    async with rt.pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT external_id, embedding FROM memories WHERE namespace = $1 "
+            "AND created_at >= $2 AND created_at < $3",
+            ns,
+            window.start,
+            window.end,
+        )
+    want = sorted(rows, key=lambda r: -float(np.dot(np.asarray(r["embedding"].to_numpy()), vec)))
+    want_ids = [r["external_id"] for r in want]
+    for limit, exact in ((5000, True), (3, False)):
+        monkeypatch.setattr(src, "EXACT_WINDOW_MAX", limit)
+        ctx = SearchContext(
+            pool=rt.pool,
+            intent=rt.analyzer.analyze("ジム"),
+            vectors=[vec],
+            filters=Filters(namespace=ns),
+            k=5,
+            window=window,
+        )
+        got = [c.external_id for c in await src.temporal(ctx)]
+        assert ctx.debug["temporal_exact"] is exact
+        assert got == want_ids[:5], exact
