@@ -342,47 +342,53 @@ async def prepare_rows(
         for i in need:
             emb[i] = vectors[i].astype(np.float32)
     else:
-        loop = asyncio.get_running_loop()
-        for start in range(0, len(need), batch_size):
-            batch = need[start : start + batch_size]
-            got = await loop.run_in_executor(
-                None, embedder.embed_passages, [embedding_text(items[i]) for i in batch]
-            )
-            for j, i in enumerate(batch):
-                emb[i] = got[j]
+        for i, v in zip(
+            need, await _embed(embedder, [items[i] for i in need], batch_size), strict=True
+        ):
+            emb[i] = v
     rows = []
     for i, it in enumerate(items):
         k = kept[i]
-        terms, found = (
-            fresh[i]
-            if k is None
-            else (
-                k["search_tokens"].split(),
-                list(zip(k["entities"], k["entity_weights"], strict=True)),
-            )
-        )
-        given = (
-            [(normalize_entity(e), 1.0) for e in it.entities] if it.entities is not None else None
-        )
-        rows.append(
-            MemoryRow(
-                external_id=ids[i],
-                content=it.content,
-                title=it.title,
-                memory_type=it.memory_type,
-                source_type=it.source_type,
-                metadata=it.metadata,
-                embedding=emb[i],
-                search_tokens=" ".join(terms),
-                token_count=len(terms),
-                created_at=it.created_at,
-                expires_at=it.expires_at,
-                thread=it.thread,
-                entities=found if given is None else given,
-                links=[(ln.to, str(ln.label)) for ln in it.links],
-            )
-        )
+        if k is None:
+            terms, found = fresh[i]
+        else:
+            terms = k["search_tokens"].split()
+            found = list(zip(k["entities"], k["entity_weights"], strict=True))
+        rows.append(_row(ids[i], it, emb[i], terms, found))
     return rows, len(need)
+
+
+async def _embed(embedder: Embedder, items: list[MemoryIn], batch_size: int) -> list[Any]:
+    """Passage vectors in batches, off the event loop."""
+    loop = asyncio.get_running_loop()
+    out: list[Any] = []
+    for start in range(0, len(items), batch_size):
+        texts = [embedding_text(it) for it in items[start : start + batch_size]]
+        out.extend(await loop.run_in_executor(None, embedder.embed_passages, texts))
+    return out
+
+
+def _row(
+    external_id: str, it: MemoryIn, embedding: Any, terms: list[str], found: list[tuple[str, float]]
+) -> MemoryRow:
+    """The stored row of an item; entities it names itself replace the extracted ones."""
+    given = [(normalize_entity(e), 1.0) for e in it.entities] if it.entities is not None else None
+    return MemoryRow(
+        external_id=external_id,
+        content=it.content,
+        title=it.title,
+        memory_type=it.memory_type,
+        source_type=it.source_type,
+        metadata=it.metadata,
+        embedding=embedding,
+        search_tokens=" ".join(terms),
+        token_count=len(terms),
+        created_at=it.created_at,
+        expires_at=it.expires_at,
+        thread=it.thread,
+        entities=found if given is None else given,
+        links=[(ln.to, str(ln.label)) for ln in it.links],
+    )
 
 
 async def ingest(

@@ -420,6 +420,27 @@ class Orchestrator:
         reports = {s.value: t.result()[1] for s, t in done.items()}
         return per_source, reports, log
 
+    async def _vectors_for(
+        self, source: Source, embedding: asyncio.Future[list[np.ndarray]], timeout: float
+    ) -> list[np.ndarray] | SourceReport:
+        """The query's vectors for a vector leg, waited for at most the leg's own timeout (a
+        hung or slow embedder degrades the vector legs, it does not hold the request); or the
+        report of why the leg cannot run."""
+        t = time.perf_counter()
+        try:
+            return list(await asyncio.wait_for(asyncio.shield(embedding), timeout=timeout))
+        except TimeoutError:
+            ms = (time.perf_counter() - t) * 1000.0
+            m.SOURCE_TIMEOUTS.labels(source.value).inc()
+            logger.warning("source %s: no query embedding after %.0f ms", source.value, ms)
+            why = f"embedding not ready after {timeout * 1000:.0f} ms"
+            return SourceReport(source.value, ms, 0, SourceStatus.TIMEOUT, why)
+        except Exception as exc:  # the embedding failed: the vector legs cannot run
+            m.SOURCE_ERRORS.labels(source.value).inc()
+            logger.warning("source %s skipped: embedding failed: %s", source.value, exc)
+            why = f"embedding failed: {type(exc).__name__}"
+            return SourceReport(source.value, 0.0, 0, SourceStatus.ERROR, why)
+
     async def _run_source(
         self, ctx: SearchContext, source: Source, embedding: asyncio.Future[list[np.ndarray]]
     ) -> tuple[list[Candidate], SourceReport]:
@@ -432,36 +453,13 @@ class Orchestrator:
             return [], SourceReport(
                 source.value, 0.0, 0, SourceStatus.UNAVAILABLE, self.unavailable[source]
             )
-        sctx = ctx
         timeout = self._timeout_s(source)
+        sctx = ctx
         if source not in TEXT_ONLY_SOURCES:
-            # A vector leg waits for the query embedding at most its own timeout: a hung
-            # or slow embedder degrades the vector legs, it does not hold the request.
-            t = time.perf_counter()
-            try:
-                vecs = await asyncio.wait_for(asyncio.shield(embedding), timeout=timeout)
-                sctx = replace(ctx, vectors=list(vecs))
-            except TimeoutError:
-                ms = (time.perf_counter() - t) * 1000.0
-                m.SOURCE_TIMEOUTS.labels(source.value).inc()
-                logger.warning("source %s: no query embedding after %.0f ms", source.value, ms)
-                return [], SourceReport(
-                    source.value,
-                    ms,
-                    0,
-                    SourceStatus.TIMEOUT,
-                    f"embedding not ready after {timeout * 1000:.0f} ms",
-                )
-            except Exception as exc:  # the embedding failed: the vector legs cannot run
-                m.SOURCE_ERRORS.labels(source.value).inc()
-                logger.warning("source %s skipped: embedding failed: %s", source.value, exc)
-                return [], SourceReport(
-                    source.value,
-                    0.0,
-                    0,
-                    SourceStatus.ERROR,
-                    f"embedding failed: {type(exc).__name__}",
-                )
+            got_vectors = await self._vectors_for(source, embedding, timeout)
+            if isinstance(got_vectors, SourceReport):
+                return [], got_vectors
+            sctx = replace(ctx, vectors=got_vectors)
         t = time.perf_counter()
         m.DB_QUERIES.labels("primary" if sctx.replica is None else "replica").inc()
         try:

@@ -430,26 +430,7 @@ def rerank(
         },
         preset,
     )
-    scored: list[tuple[bool, ScoredResult, float, float]] = []
-    for f in top:
-        cand, signals, score = f.candidate, dict(f.signals), f.score
-        rec = recency_factor(
-            cand.created_at,
-            now,
-            half_life_days=preset.recency_half_life_days,
-            weight=preset.recency_weight,
-        )
-        near = placed(cand)
-        sources: list[str] = [s.value for s in per_source if s.value in signals]
-        signals["fused"] = score
-        if lex:
-            signals["lex"] = lex[cand.id]
-            score = blend_lex(score, lex[cand.id], preset)
-        signals["recency"] = rec
-        if near > 0:  # on a fuzzy window's soft edge: the further out, the less it counts
-            signals["near_window"] = 1.0 - (1.0 - NEAR_WINDOW_FLOOR) * near
-            score *= signals["near_window"]
-        scored.append((near >= 0, ScoredResult(cand, score * rec, signals, sources), rec, near))
+    scored = [_score(f, per_source, preset, now, placed(f.candidate), lex) for f in top]
     scored.sort(key=lambda x: (x[0], x[1].score), reverse=True)
     meta = {r.candidate.id: (near, rec) for _, r, rec, near in scored}
     # The threshold applies to everything but memories inside a window the query named and
@@ -464,20 +445,9 @@ def rerank(
     kept, dropped = dedupe(passing, preset.dedupe_threshold, keep=None if diverse else limit)
     if diverse:
         kept = diversify(kept, diversify_by or "", per_bucket, limit)
-    final: list[ScoredResult] = []
-    for r in kept:
-        near, rec = meta[r.candidate.id]
-        relevance = (
-            Relevance.HIGH if r.score >= preset.high_score and near == 0 else Relevance.MEDIUM
-        )
-        if first and near > 0:
-            relevance = Relevance.NEAR_WINDOW
-        elif first and near < 0:
-            relevance = Relevance.OUTSIDE_WINDOW
-        reason = explain(
-            r, window if first else None, rec, near, expanded.vias.get(r.candidate.id, ())
-        )
-        final.append(replace(r, relevance=relevance, reason=reason))
+    final = [
+        _label(r, preset, window if first else None, *meta[r.candidate.id], expanded) for r in kept
+    ]
     counts = {
         "before": before,
         "considered": len(top),
@@ -485,3 +455,51 @@ def rerank(
         "after": len(final[:limit]),
     }
     return final[:limit], counts
+
+
+def _score(
+    f: Fused,
+    per_source: Mapping[Source, Sequence[Candidate]],
+    preset: Preset,
+    now: datetime,
+    near: float,
+    lex: Mapping[int, float],
+) -> tuple[bool, ScoredResult, float, float]:
+    """One admitted candidate's final score: fused, blended with the n-gram signal, damped on
+    a fuzzy window's soft edge, decayed by age. Returns (in window, result, recency, near)."""
+    cand, signals, score = f.candidate, dict(f.signals), f.score
+    rec = recency_factor(
+        cand.created_at,
+        now,
+        half_life_days=preset.recency_half_life_days,
+        weight=preset.recency_weight,
+    )
+    sources: list[str] = [s.value for s in per_source if s.value in signals]
+    signals["fused"] = score
+    if lex:
+        signals["lex"] = lex[cand.id]
+        score = blend_lex(score, lex[cand.id], preset)
+    signals["recency"] = rec
+    if near > 0:  # on a fuzzy window's soft edge: the further out, the less it counts
+        signals["near_window"] = 1.0 - (1.0 - NEAR_WINDOW_FLOOR) * near
+        score *= signals["near_window"]
+    return near >= 0, ScoredResult(cand, score * rec, signals, sources), rec, near
+
+
+def _label(
+    r: ScoredResult,
+    preset: Preset,
+    window: TimeRange | None,
+    near: float,
+    rec: float,
+    expanded: Expanded,
+) -> ScoredResult:
+    """The result with its relevance label and its reason (window given only in window-first
+    ranking)."""
+    relevance = Relevance.HIGH if r.score >= preset.high_score and near == 0 else Relevance.MEDIUM
+    if window is not None and near > 0:
+        relevance = Relevance.NEAR_WINDOW
+    elif window is not None and near < 0:
+        relevance = Relevance.OUTSIDE_WINDOW
+    reason = explain(r, window, rec, near, expanded.vias.get(r.candidate.id, ()))
+    return replace(r, relevance=relevance, reason=reason)
