@@ -194,147 +194,224 @@ def _day(d: date, rel: str | None = None) -> _Window:
 
 def _compose(c: _Ctx, atoms: list[Atom]) -> _Window | None:
     """The window of one expression (atoms that stand together), or None."""
+    compose = _COMPOSERS.get(atoms[0].kind)
+    return compose(c, atoms) if compose else None
+
+
+def _from_part_en(c: _Ctx, atoms: list[Atom]) -> _Window | None:
+    """early October, the end of last year"""
+    head = atoms[0]
+    inner = _compose(c, atoms[1:]) if len(atoms) > 1 else None
+    if inner is None:
+        return None
+    if inner.granularity == G.YEAR and head.value in ("begin", "end"):
+        s, e = _year_part(inner.start.year, head.value)
+        return _Window(s, e, G.PART_OF_MONTH, inner.relative and f"{inner.relative}_{head.value}")
+    s, e = _part(inner.start, inner.end, head.value)
+    return _Window(s, e, G.PART_OF_MONTH, inner.relative and f"{inner.relative}_{head.value}")
+
+
+def _from_year(c: _Ctx, atoms: list[Atom]) -> _Window | None:
+    head = atoms[0]
+    y, (ys, ye), rel = _year_of(c, head)
+    if len(atoms) == 1:
+        return _Window(ys, ye, G.YEAR, rel)
+    nxt = atoms[1]
+    if nxt.kind == "month":
+        return _month_window(c, atoms[1:], year=y)
+    if nxt.kind == "md":
+        mo, d = nxt.value
+        return _day(date(y, mo, d))
+    if nxt.kind == "season":
+        s, e = cal.season(y, nxt.value[0])
+        return _Window(s, e, G.SEASON, rel and f"{rel}_{nxt.value[0]}")
+    if nxt.kind == "holiday":
+        got = cal.holiday_span(nxt.value[0], y)
+        return _Window(got[0], got[1], G.HOLIDAY, nxt.value[0]) if got else None
+    if nxt.kind == "nowish":
+        d = (
+            c.today.replace(year=y)
+            if not (c.today.month == 2 and c.today.day == 29)
+            else date(y, 2, 28)
+        )
+        return _Window(
+            d - timedelta(days=7), d + timedelta(days=8), G.SPAN, rel and f"{rel}_this_time"
+        )
+    if nxt.kind in ("part", "yearpart") and nxt.value in ("end", "begin"):
+        s, e = _year_part(y, nxt.value)
+        return _Window(s, e, G.PART_OF_MONTH, rel and f"{rel}_{nxt.value}")
+    return _Window(ys, ye, G.YEAR, rel)
+
+
+def _from_fy(c: _Ctx, atoms: list[Atom]) -> _Window | None:
+    head = atoms[0]
+    kind, v = head.value
+    fy = cal.fiscal_year_of(c.today) + v if kind == "rel" else v
+    s, e = cal.fiscal_year(fy)
+    rel = (
+        {0: "this_fiscal_year", -1: "last_fiscal_year", 1: "next_fiscal_year"}.get(v)
+        if kind == "rel"
+        else None
+    )
+    if len(atoms) > 1 and atoms[1].value in ("end", "begin"):
+        m = date(fy + 1, 3, 1) if atoms[1].value == "end" else date(fy, 4, 1)
+        return _Window(
+            m, _month_start(m.year, m.month + 1), G.MONTH, rel and f"{rel}_{atoms[1].value}"
+        )
+    return _Window(s, e, G.FISCAL_YEAR, rel)
+
+
+def _from_fypart(c: _Ctx, atoms: list[Atom]) -> _Window | None:
+    head = atoms[0]
+    fy = cal.fiscal_year_of(c.today)
+    m = date(fy + 1, 3, 1) if head.value == "end" else date(fy, 4, 1)
+    if m > c.today:
+        m = m.replace(year=m.year - 1)
+    return _Window(m, _month_start(m.year, m.month + 1), G.MONTH, f"fiscal_year_{head.value}")
+
+
+def _from_yearpart(c: _Ctx, atoms: list[Atom]) -> _Window | None:
+    head = atoms[0]
+    y = (
+        c.today.year
+        if (head.value == "begin" or c.today >= date(c.today.year, 12, 16))
+        else c.today.year - 1
+    )
+    s, e = _year_part(y, head.value)
+    return _Window(s, e, G.PART_OF_MONTH, f"year_{head.value}")
+
+
+def _from_month(c: _Ctx, atoms: list[Atom]) -> _Window | None:
+    return _month_window(c, atoms, year=None)
+
+
+def _from_week(c: _Ctx, atoms: list[Atom]) -> _Window | None:
     head = atoms[0]
     kinds = [a.kind for a in atoms]
-    if head.kind == "part_en":  # early October, the end of last year
-        inner = _compose(c, atoms[1:]) if len(atoms) > 1 else None
-        if inner is None:
-            return None
-        if inner.granularity == G.YEAR and head.value in ("begin", "end"):
-            s, e = _year_part(inner.start.year, head.value)
-            return _Window(
-                s, e, G.PART_OF_MONTH, inner.relative and f"{inner.relative}_{head.value}"
-            )
-        s, e = _part(inner.start, inner.end, head.value)
-        return _Window(s, e, G.PART_OF_MONTH, inner.relative and f"{inner.relative}_{head.value}")
-    if head.kind == "year":
-        y, (ys, ye), rel = _year_of(c, head)
-        if len(atoms) == 1:
-            return _Window(ys, ye, G.YEAR, rel)
-        nxt = atoms[1]
-        if nxt.kind == "month":
-            return _month_window(c, atoms[1:], year=y)
-        if nxt.kind == "md":
-            mo, d = nxt.value
-            return _day(date(y, mo, d))
-        if nxt.kind == "season":
-            s, e = cal.season(y, nxt.value[0])
-            return _Window(s, e, G.SEASON, rel and f"{rel}_{nxt.value[0]}")
-        if nxt.kind == "holiday":
-            got = cal.holiday_span(nxt.value[0], y)
-            return _Window(got[0], got[1], G.HOLIDAY, nxt.value[0]) if got else None
-        if nxt.kind == "nowish":
-            d = (
-                c.today.replace(year=y)
-                if not (c.today.month == 2 and c.today.day == 29)
-                else date(y, 2, 28)
-            )
-            return _Window(
-                d - timedelta(days=7), d + timedelta(days=8), G.SPAN, rel and f"{rel}_this_time"
-            )
-        if nxt.kind in ("part", "yearpart") and nxt.value in ("end", "begin"):
-            s, e = _year_part(y, nxt.value)
-            return _Window(s, e, G.PART_OF_MONTH, rel and f"{rel}_{nxt.value}")
-        return _Window(ys, ye, G.YEAR, rel)
-    if head.kind == "fy":
-        kind, v = head.value
-        fy = cal.fiscal_year_of(c.today) + v if kind == "rel" else v
-        s, e = cal.fiscal_year(fy)
-        rel = (
-            {0: "this_fiscal_year", -1: "last_fiscal_year", 1: "next_fiscal_year"}.get(v)
-            if kind == "rel"
-            else None
-        )
-        if len(atoms) > 1 and atoms[1].value in ("end", "begin"):
-            m = date(fy + 1, 3, 1) if atoms[1].value == "end" else date(fy, 4, 1)
-            return _Window(
-                m, _month_start(m.year, m.month + 1), G.MONTH, rel and f"{rel}_{atoms[1].value}"
-            )
-        return _Window(s, e, G.FISCAL_YEAR, rel)
-    if head.kind == "fypart":
-        fy = cal.fiscal_year_of(c.today)
-        m = date(fy + 1, 3, 1) if head.value == "end" else date(fy, 4, 1)
-        if m > c.today:
-            m = m.replace(year=m.year - 1)
-        return _Window(m, _month_start(m.year, m.month + 1), G.MONTH, f"fiscal_year_{head.value}")
-    if head.kind == "yearpart":
-        y = (
-            c.today.year
-            if (head.value == "begin" or c.today >= date(c.today.year, 12, 16))
-            else c.today.year - 1
-        )
-        s, e = _year_part(y, head.value)
-        return _Window(s, e, G.PART_OF_MONTH, f"year_{head.value}")
-    if head.kind == "month":
-        return _month_window(c, atoms, year=None)
-    if head.kind == "week":
-        monday = c.today - timedelta(days=c.today.weekday()) + timedelta(weeks=head.value)
-        rel = _REL_NAMES["week"].get(head.value)
-        if "weekday" in kinds[1:2]:
-            d = _weekday(c, atoms[1].value[0], "week", week=head.value)
-            return _day(d, rel and f"{rel}_{d.strftime('%A').lower()}")
-        if kinds[1:2] in (["part"], ["weekend"]):
-            return _Window(
-                monday + timedelta(days=5), monday + timedelta(days=7), G.DAY, rel and f"{rel}end"
-            )
-        return _Window(monday, monday + timedelta(days=7), G.WEEK, rel)
-    if head.kind == "weekend":
-        sat = _weekday(c, 5, head.value or "past")
-        if head.value is None and c.today.weekday() == 6:
-            sat = c.today - timedelta(days=1)
-        return _Window(sat, sat + timedelta(days=2), G.DAY, "weekend")
-    if head.kind == "weekday":
-        wd, mode = head.value
-        return _day(_weekday(c, wd, mode))
-    if head.kind == "dayrel":
-        return _day(c.today + timedelta(days=head.value), _REL_NAMES["day"].get(head.value))
-    if head.kind == "date":
-        return _day(head.value)
-    if head.kind == "md":
-        mo, d = head.value
-        got = _occurrence(c, lambda y: (date(y, mo, d), date(y, mo, d) + timedelta(days=1)), "past")
-        return _Window(got[0], got[1], G.DAY) if got else None
-    if head.kind == "ago":
-        unit, n = head.value
-        if unit == "day":
-            return _day(c.today - timedelta(days=n), f"{n}_days_ago")
-        if unit == "week":
-            d = c.today - timedelta(weeks=n)
-            return _Window(d - timedelta(days=3), d + timedelta(days=4), G.WEEK, f"{n}_weeks_ago")
-        d = _months_back(c.today, n)
-        return _Window(d - timedelta(days=15), d + timedelta(days=16), G.MONTH, f"{n:g}_months_ago")
-    if head.kind == "few":
-        lo, hi, rel = head.value
-        return _Window(c.today - timedelta(days=hi), c.today - timedelta(days=lo), G.SPAN, rel)
-    if head.kind == "season":
-        name, mode = head.value
-        got = _occurrence(c, lambda y: cal.season(y, name), mode)
-        return (
-            _Window(got[0], got[1], G.SEASON, None if isinstance(mode, int) else f"{mode}_{name}")
-            if got
-            else None
-        )
-    if head.kind == "holiday":
-        key, mode = head.value
-        got = _occurrence(c, lambda y: cal.holiday_span(key, y), mode)
-        return _Window(got[0], got[1], G.HOLIDAY, key) if got else None
-    if head.kind == "nowish":
+    monday = c.today - timedelta(days=c.today.weekday()) + timedelta(weeks=head.value)
+    rel = _REL_NAMES["week"].get(head.value)
+    if "weekday" in kinds[1:2]:
+        d = _weekday(c, atoms[1].value[0], "week", week=head.value)
+        return _day(d, rel and f"{rel}_{d.strftime('%A').lower()}")
+    if kinds[1:2] in (["part"], ["weekend"]):
         return _Window(
-            c.today - timedelta(days=7), c.today + timedelta(days=1), G.SPAN, "around_now"
+            monday + timedelta(days=5), monday + timedelta(days=7), G.DAY, rel and f"{rel}end"
         )
-    if head.kind == "recent":
-        return _Window(
-            c.today - timedelta(days=c.recent_days), c.today + timedelta(days=1), G.SPAN, "recent"
-        )
-    if head.kind == "part" and head.value in ("上旬", "中旬", "下旬", "month_begin", "month_end"):
-        which = {"month_begin": "begin", "month_end": "end"}.get(head.value, head.value)
-        first = c.today.replace(day=1)
+    return _Window(monday, monday + timedelta(days=7), G.WEEK, rel)
+
+
+def _from_weekend(c: _Ctx, atoms: list[Atom]) -> _Window | None:
+    head = atoms[0]
+    sat = _weekday(c, 5, head.value or "past")
+    if head.value is None and c.today.weekday() == 6:
+        sat = c.today - timedelta(days=1)
+    return _Window(sat, sat + timedelta(days=2), G.DAY, "weekend")
+
+
+def _from_weekday(c: _Ctx, atoms: list[Atom]) -> _Window | None:
+    head = atoms[0]
+    wd, mode = head.value
+    return _day(_weekday(c, wd, mode))
+
+
+def _from_dayrel(c: _Ctx, atoms: list[Atom]) -> _Window | None:
+    head = atoms[0]
+    return _day(c.today + timedelta(days=head.value), _REL_NAMES["day"].get(head.value))
+
+
+def _from_date(c: _Ctx, atoms: list[Atom]) -> _Window | None:
+    head = atoms[0]
+    return _day(head.value)
+
+
+def _from_md(c: _Ctx, atoms: list[Atom]) -> _Window | None:
+    head = atoms[0]
+    mo, d = head.value
+    got = _occurrence(c, lambda y: (date(y, mo, d), date(y, mo, d) + timedelta(days=1)), "past")
+    return _Window(got[0], got[1], G.DAY) if got else None
+
+
+def _from_ago(c: _Ctx, atoms: list[Atom]) -> _Window | None:
+    head = atoms[0]
+    unit, n = head.value
+    if unit == "day":
+        return _day(c.today - timedelta(days=n), f"{n}_days_ago")
+    if unit == "week":
+        d = c.today - timedelta(weeks=n)
+        return _Window(d - timedelta(days=3), d + timedelta(days=4), G.WEEK, f"{n}_weeks_ago")
+    d = _months_back(c.today, n)
+    return _Window(d - timedelta(days=15), d + timedelta(days=16), G.MONTH, f"{n:g}_months_ago")
+
+
+def _from_few(c: _Ctx, atoms: list[Atom]) -> _Window | None:
+    head = atoms[0]
+    lo, hi, rel = head.value
+    return _Window(c.today - timedelta(days=hi), c.today - timedelta(days=lo), G.SPAN, rel)
+
+
+def _from_season(c: _Ctx, atoms: list[Atom]) -> _Window | None:
+    head = atoms[0]
+    name, mode = head.value
+    got = _occurrence(c, lambda y: cal.season(y, name), mode)
+    return (
+        _Window(got[0], got[1], G.SEASON, None if isinstance(mode, int) else f"{mode}_{name}")
+        if got
+        else None
+    )
+
+
+def _from_holiday(c: _Ctx, atoms: list[Atom]) -> _Window | None:
+    head = atoms[0]
+    key, mode = head.value
+    got = _occurrence(c, lambda y: cal.holiday_span(key, y), mode)
+    return _Window(got[0], got[1], G.HOLIDAY, key) if got else None
+
+
+def _from_nowish(c: _Ctx, atoms: list[Atom]) -> _Window | None:
+    return _Window(c.today - timedelta(days=7), c.today + timedelta(days=1), G.SPAN, "around_now")
+
+
+def _from_recent(c: _Ctx, atoms: list[Atom]) -> _Window | None:
+    return _Window(
+        c.today - timedelta(days=c.recent_days), c.today + timedelta(days=1), G.SPAN, "recent"
+    )
+
+
+def _from_part(c: _Ctx, atoms: list[Atom]) -> _Window | None:
+    head = atoms[0]
+    if head.value not in ("上旬", "中旬", "下旬", "month_begin", "month_end"):
+        return None
+    which = {"month_begin": "begin", "month_end": "end"}.get(head.value, head.value)
+    first = c.today.replace(day=1)
+    s, e = _part(first, _month_start(first.year, first.month + 1), which)
+    if s > c.today:  # 下旬 said on the 5th: last month's
+        first = _month_start(first.year, first.month - 1)
         s, e = _part(first, _month_start(first.year, first.month + 1), which)
-        if s > c.today:  # 下旬 said on the 5th: last month's
-            first = _month_start(first.year, first.month - 1)
-            s, e = _part(first, _month_start(first.year, first.month + 1), which)
-        return _Window(s, e, G.PART_OF_MONTH)
-    return None
+    return _Window(s, e, G.PART_OF_MONTH)
+
+
+# How an expression's window follows from its first atom's kind.
+_COMPOSERS: dict[str, Callable[[_Ctx, list[Atom]], _Window | None]] = {
+    "part_en": _from_part_en,
+    "year": _from_year,
+    "fy": _from_fy,
+    "fypart": _from_fypart,
+    "yearpart": _from_yearpart,
+    "month": _from_month,
+    "week": _from_week,
+    "weekend": _from_weekend,
+    "weekday": _from_weekday,
+    "dayrel": _from_dayrel,
+    "date": _from_date,
+    "md": _from_md,
+    "ago": _from_ago,
+    "few": _from_few,
+    "season": _from_season,
+    "holiday": _from_holiday,
+    "nowish": _from_nowish,
+    "recent": _from_recent,
+    "part": _from_part,
+}
 
 
 def _month_window(c: _Ctx, atoms: list[Atom], *, year: int | None) -> _Window | None:
