@@ -58,6 +58,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = p.add_subparsers(dest="command", required=True)
 
+    _add_serve(sub)
+    _add_migrate(sub)
+    _add_ingest(sub)
+    _add_query(sub)
+    _add_analyze(sub)
+    _add_eval(sub)
+    _add_bench(sub)
+    return p
+
+
+def _add_serve(sub: Any) -> None:
+    """The `serve` command's arguments."""
     s = sub.add_parser("serve", help="run the HTTP service (uvicorn)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
@@ -68,8 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="load the packaged sample memories into namespace 'default' first",
     )
 
+
+def _add_migrate(sub: Any) -> None:
+    """The `migrate` command's arguments."""
     sub.add_parser("migrate", help="apply pending database migrations")
 
+
+def _add_ingest(sub: Any) -> None:
+    """The `ingest` command's arguments."""
     i = sub.add_parser(
         "ingest",
         help="import memories from a JSONL file (all or nothing; an interrupted run resumes)",
@@ -96,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
         "are rebuilt the table is locked for every namespace",
     )
 
+
+def _add_query(sub: Any) -> None:
+    """The `query` command's arguments."""
     q = sub.add_parser("query", help="retrieve memories for a query")
     q.add_argument("text")
     q.add_argument("--namespace", default="default")
@@ -104,11 +125,17 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--now", type=_iso, help="resolve time words against this ISO 8601 instant")
     q.add_argument("--json", action="store_true", help="print the full response as JSON")
 
+
+def _add_analyze(sub: Any) -> None:
+    """The `analyze` command's arguments."""
     a = sub.add_parser("analyze", help="show the query analysis and chosen strategy")
     a.add_argument("text")
     a.add_argument("--now", type=_iso)
     a.add_argument("--json", action="store_true")
 
+
+def _add_eval(sub: Any) -> None:
+    """The `eval` command's arguments."""
     e = sub.add_parser(
         "eval", help="measure retrieval quality (MRR, hit@k, nDCG) on a labelled set"
     )
@@ -132,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--json", action="store_true")
 
+
+def _add_bench(sub: Any) -> None:
+    """The `bench` command's arguments."""
     b = sub.add_parser("bench", help="latency per stage and over HTTP at N memories")
     b.add_argument("--memories", type=_positive, default=10_000)
     b.add_argument("--queries", type=_positive, default=200)
@@ -142,7 +172,6 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--embeddings", type=Path, help="precomputed vectors for --corpus")
     b.add_argument("--no-http", action="store_true", help="skip the HTTP part")
     b.add_argument("--json", action="store_true")
-    return p
 
 
 def _err(msg: str) -> int:
@@ -250,7 +279,9 @@ async def _cmd_query(settings: Settings, args: argparse.Namespace) -> int:
     finally:
         await rt.close()
     if args.json:
-        print(json.dumps(resp.to_json(), ensure_ascii=False, default=str))
+        from retrieval.api.schemas import RetrieveResponse
+
+        print(RetrieveResponse.model_validate(resp).model_dump_json())
     else:
         _print_results(resp)
     return 0

@@ -303,22 +303,6 @@ class RetrievalResult:
             reason=r.reason,
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "content": self.content,
-            "title": self.title,
-            "memory_type": self.memory_type,
-            "source_type": self.source_type,
-            "metadata": self.metadata,
-            "created_at": self.created_at.isoformat(),
-            "score": round(self.score, 6),
-            "signals": {k: round(v, 6) for k, v in self.signals.items()},
-            "sources": self.sources,
-            "relevance": self.relevance,
-            "reason": self.reason,
-        }
-
 
 @dataclass
 class SourceReport:
@@ -342,36 +326,8 @@ class RetrievalMetadata:
     run_id: str
     params: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "strategy_used": self.strategy_used.value,
-            "query_intent": self.query_intent.to_json(),
-            "total_latency_ms": round(self.total_latency_ms, 3),
-            "search_breakdown": {
-                k: {
-                    "latency_ms": round(v.latency_ms, 3),
-                    "count": v.count,
-                    "status": v.status,
-                    "error": v.error,
-                }
-                for k, v in self.search_breakdown.items()
-            },
-            "stage_latency_ms": {k: round(v, 3) for k, v in self.stage_latency_ms.items()},
-            "num_results_before_rerank": self.num_results_before_rerank,
-            "num_results_after_rerank": self.num_results_after_rerank,
-            "degraded": self.degraded,
-            "run_id": self.run_id,
-            "params": self.params,
-        }
-
 
 @dataclass
 class RetrievalResponse:
     results: list[RetrievalResult]
     metadata: RetrievalMetadata
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "results": [r.to_json() for r in self.results],
-            "metadata": self.metadata.to_json(),
-        }

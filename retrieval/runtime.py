@@ -51,6 +51,19 @@ async def migrate_database(dsn: str, embedding_dim: int) -> list[int]:
         await conn.close()
 
 
+async def _check_store(pool: asyncpg.Pool, embedder: Embedder) -> dict[str, str]:
+    """Refuse a store of another embedding model; name what this server lacks (pg_trgm)."""
+    async with pool.acquire() as conn:
+        await check_embedding_model(conn, embedder.name, embedder.dim)
+        trgm = await conn.fetchrow(TRIGRAM_READY)
+    if trgm["indexed"]:
+        return {}
+    why = "is not installed" if not trgm["extension"] else "has no index on memories.content"
+    msg = f"pg_trgm {why} on this server: the trigram (names) search leg is off"
+    logger.warning("%s; names are still matched by the keyword and vector legs", msg)
+    return {"pg_trgm": msg}
+
+
 async def open_runtime(
     settings: Settings, *, embedder: Embedder | None = None, nlp: JapaneseNLP | None = None
 ) -> Runtime:
@@ -75,20 +88,11 @@ async def open_runtime(
         )
 
     pool = await connect(dsn)
-    missing: dict[str, str] = {}
     try:
-        async with pool.acquire() as conn:
-            await check_embedding_model(conn, embedder.name, embedder.dim)
-            trgm = await conn.fetchrow(TRIGRAM_READY)
+        missing = await _check_store(pool, embedder)
     except BaseException:
         await pool.close()
         raise
-    if not trgm["indexed"]:
-        why = "is not installed" if not trgm["extension"] else "has no index on memories.content"
-        missing["pg_trgm"] = f"pg_trgm {why} on this server: the trigram (names) search leg is off"
-        logger.warning(
-            "%s; names are still matched by the keyword and vector legs", missing["pg_trgm"]
-        )
     analyzer = QueryAnalyzer(
         nlp,
         timezone=settings.timezone,

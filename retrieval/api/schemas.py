@@ -12,12 +12,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from retrieval.config import Settings
 from retrieval.errors import InvalidInput
 from retrieval.ingest import MAX_ID_CHARS, MemoryIn
-from retrieval.models import Strategy
+from retrieval.models import QueryIntent, Relevance, SourceStatus, Strategy
 from retrieval.validation import (
     MAX_NAMESPACE_CHARS,
     NAMESPACE_PATTERN,
@@ -99,6 +106,10 @@ class RetrieveRequest(BaseModel):
 
 
 class ResultOut(BaseModel):
+    """One result, read from the core's RetrievalResult (no copy of its fields elsewhere)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
     id: str
     content: str
     title: str | None
@@ -109,22 +120,38 @@ class ResultOut(BaseModel):
     score: float
     signals: dict[str, float]
     sources: list[str]
-    relevance: str = Field(
+    relevance: Relevance = Field(
         description="high | medium | near_window (a fuzzy window's soft edge) | outside_window"
     )
     reason: str
 
+    @field_serializer("score")
+    def _score(self, v: float) -> float:
+        return round(v, 6)
+
+    @field_serializer("signals")
+    def _signals(self, v: dict[str, float]) -> dict[str, float]:
+        return {k: round(x, 6) for k, x in v.items()}
+
 
 class SourceOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     latency_ms: float
     count: int
-    status: str = Field(
+    status: SourceStatus = Field(
         description="ok | skipped (nothing to search for) | timeout | error | unavailable (the server lacks it)"
     )
     error: str | None
 
+    @field_serializer("latency_ms")
+    def _ms(self, v: float) -> float:
+        return round(v, 3)
+
 
 class MetadataOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     strategy_used: Strategy
     query_intent: dict[str, Any]
     total_latency_ms: float
@@ -138,8 +165,25 @@ class MetadataOut(BaseModel):
     run_id: str
     params: dict[str, Any]
 
+    @field_validator("query_intent", mode="before")
+    @classmethod
+    def _intent(cls, v: Any) -> Any:
+        return v.to_json() if isinstance(v, QueryIntent) else v
+
+    @field_serializer("total_latency_ms")
+    def _total(self, v: float) -> float:
+        return round(v, 3)
+
+    @field_serializer("stage_latency_ms")
+    def _stages(self, v: dict[str, float]) -> dict[str, float]:
+        return {k: round(x, 3) for k, x in v.items()}
+
 
 class RetrieveResponse(BaseModel):
+    """The answer: read from the core's RetrievalResponse with `model_validate`."""
+
+    model_config = ConfigDict(from_attributes=True)
+
     results: list[ResultOut]
     metadata: MetadataOut | None
 

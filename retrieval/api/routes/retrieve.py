@@ -23,7 +23,7 @@ router = APIRouter(tags=["retrieval"])
 
 
 @router.post("/v1/retrieve", response_model=RetrieveResponse)
-async def retrieve(body: RetrieveRequest, rt: RuntimeDep, scope: ScopeDep) -> dict[str, Any]:
+async def retrieve(body: RetrieveRequest, rt: RuntimeDep, scope: ScopeDep) -> RetrieveResponse:
     """Find the memories that answer `query`, best first, each with a reason."""
     check_scope(scope, body.namespace)
     check_limits(rt.settings, body)
@@ -45,7 +45,7 @@ async def retrieve(body: RetrieveRequest, rt: RuntimeDep, scope: ScopeDep) -> di
         per_bucket=o.per_bucket if o.diversify_by else 0,
         add_sources=tuple(Source(x) for x in o.add_sources),
     )
-    return (await rt.orchestrator.retrieve(body.query, opts)).to_json()
+    return RetrieveResponse.model_validate(await rt.orchestrator.retrieve(body.query, opts))
 
 
 @router.get("/v1/runs/{run_id}", response_model=RunOut, responses=NOT_FOUND)
