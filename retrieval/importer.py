@@ -39,7 +39,7 @@ from retrieval.ingest import (
     prepare_rows,
 )
 from retrieval.nlp import TOKENIZER_VERSION, JapaneseNLP
-from retrieval.validation import check_namespace
+from retrieval.validation import check_namespace, duplicate_ids
 
 logger = logging.getLogger(__name__)
 
@@ -77,25 +77,17 @@ def scan(path: Path) -> _Scan:
     """Validate every line; raise InvalidInput naming the bad lines (1-based)."""
     errors: list[dict[str, object]] = []
     ids: list[str | None] = []
-    seen: dict[str, int] = {}
+    lines: list[int] = []
     for lineno, line in json_lines(path):
         got = parse_line(line, lineno)
         if isinstance(got, list):
             errors.extend(got)
         else:
             ids.append(got.id)
-            if got.id is not None and got.id in seen:
-                errors.append(
-                    {
-                        "line": lineno,
-                        "field": "id",
-                        "reason": f"duplicate id {got.id!r} (first at line {seen[got.id]})",
-                    }
-                )
-            elif got.id is not None:
-                seen[got.id] = lineno
+            lines.append(lineno)
         if len(errors) >= MAX_ERRORS:
             break
+    errors.extend(duplicate_ids(ids, lines, key="line", noun="line")[: MAX_ERRORS - len(errors)])
     if errors:
         raise InvalidInput(errors)
     return _Scan(len(ids), ids, _file_digest(path))

@@ -21,7 +21,14 @@ from db.store import MemoryRow
 from retrieval.embeddings import Embedder
 from retrieval.errors import InvalidInput
 from retrieval.nlp import JapaneseNLP, memory_entities, normalize_entity, terms_from_tokens
-from retrieval.validation import Instant, Metadata, SafeId, SafeStr, check_namespace
+from retrieval.validation import (
+    Instant,
+    Metadata,
+    SafeId,
+    SafeStr,
+    check_namespace,
+    duplicate_ids,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +113,9 @@ def parse_items(raw: Iterable[Any]) -> list[MemoryIn]:
             items.append(MemoryIn.model_validate(obj))
         except ValidationError as exc:
             errors.extend(_errors_of(exc, index=i))
-    _check_duplicate_ids(items, errors, key="index")
+    errors.extend(
+        duplicate_ids([it.id for it in items], range(len(items)), key="index", noun="index")
+    )
     if errors:
         raise InvalidInput(errors)
     return items
@@ -146,34 +155,10 @@ def read_jsonl(path: Path) -> list[MemoryIn]:
         else:
             items.append(got)
             lines.append(lineno)
-    _check_duplicate_ids(items, errors, key="line", positions=lines)
+    errors.extend(duplicate_ids([it.id for it in items], lines, key="line", noun="line"))
     if errors:
         raise InvalidInput(errors)
     return items
-
-
-def _check_duplicate_ids(
-    items: list[MemoryIn],
-    errors: list[dict[str, object]],
-    *,
-    key: str,
-    positions: list[int] | None = None,
-) -> None:
-    seen: dict[str, int] = {}
-    for i, it in enumerate(items):
-        pos = positions[i] if positions else i
-        if it.id is None:
-            continue
-        if it.id in seen:
-            errors.append(
-                {
-                    key: pos,
-                    "field": "id",
-                    "reason": f"duplicate id {it.id!r} (first at {key} {seen[it.id]})",
-                }
-            )
-        else:
-            seen[it.id] = pos
 
 
 def passage_text(item: MemoryIn) -> str:

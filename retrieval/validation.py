@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -117,3 +118,21 @@ def check_namespace(namespace: str) -> None:
         raise InvalidInput(
             [{"field": "namespace", "reason": "must be 1-128 characters of A-Z a-z 0-9 _ . : -"}]
         )
+
+
+def duplicate_ids(
+    ids: Sequence[str | None], positions: Sequence[int], *, key: str, noun: str
+) -> list[dict[str, object]]:
+    """An error for each id seen before in the same batch or file, at its position (key
+    "line" or "index"), naming where it first appeared ("line 3", "item 0")."""
+    errors: list[dict[str, object]] = []
+    seen: dict[str, int] = {}
+    for x, pos in zip(ids, positions, strict=True):
+        if x is None:
+            continue
+        if x in seen:
+            reason = f"duplicate id {x!r} (first at {noun} {seen[x]})"
+            errors.append({key: pos, "field": "id", "reason": reason})
+        else:
+            seen[x] = pos
+    return errors

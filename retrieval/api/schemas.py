@@ -31,6 +31,7 @@ from retrieval.validation import (
     Instant,
     SafeId,
     SafeStr,
+    duplicate_ids,
 )
 
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
@@ -307,18 +308,8 @@ def check_limits(settings: Settings, body: BaseModel) -> None:
                     "reason": f"more than {settings.max_batch} memories in one batch",
                 }
             )
-        seen: dict[str, int] = {}
-        for i, it in enumerate(body.memories):
-            if it.id is not None and it.id in seen:
-                errors.append(
-                    {
-                        "index": i,
-                        "field": "id",
-                        "reason": f"duplicate id {it.id!r} (first at item {seen[it.id]})",
-                    }
-                )
-            elif it.id is not None:
-                seen[it.id] = i
+        ids = [it.id for it in body.memories]
+        errors.extend(duplicate_ids(ids, range(len(ids)), key="index", noun="item"))
     if errors:
         raise InvalidInput(errors)
 
