@@ -13,7 +13,3 @@ class EmbeddingModelMismatch(StoreError):
 
 class WriteConflict(StoreError):
     """A write kept losing deadlocks or serialisation races; nothing was written."""
-
-
-class ImportMismatch(StoreError):
-    """A staged import does not match the file or namespace it is resumed with."""
