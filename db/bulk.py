@@ -14,7 +14,7 @@ from enum import StrEnum
 
 import asyncpg
 
-from db.store import COLUMNS, LOCK_NAMESPACE, MemoryRow, as_vector, upsert_sql
+from db.store import COLUMNS, LOCK_NAMESPACE, MemoryRow, upsert_sql
 
 logger = logging.getLogger(__name__)
 
@@ -107,9 +107,7 @@ async def stage(
         (
             import_id,
             seq,
-            *r.columns()[:6],
-            as_vector(r.embedding),
-            *r.columns()[7:],
+            *r.columns(),
             [e for e, _ in r.entities],
             [w for _, w in r.entities],
             [list(x) for x in r.links],

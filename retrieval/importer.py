@@ -37,9 +37,10 @@ from retrieval.ingest import (
     open_vectors,
     parse_line,
     prepare_rows,
+    scan_jsonl,
 )
 from retrieval.nlp import TOKENIZER_VERSION, JapaneseNLP
-from retrieval.validation import check_namespace, duplicate_ids
+from retrieval.validation import check_namespace
 
 logger = logging.getLogger(__name__)
 
@@ -75,21 +76,7 @@ class _Scan:
 
 def scan(path: Path) -> _Scan:
     """Validate every line; raise InvalidInput naming the bad lines (1-based)."""
-    errors: list[dict[str, object]] = []
-    ids: list[str | None] = []
-    lines: list[int] = []
-    for lineno, line in json_lines(path):
-        got = parse_line(line, lineno)
-        if isinstance(got, list):
-            errors.extend(got)
-        else:
-            ids.append(got.id)
-            lines.append(lineno)
-        if len(errors) >= MAX_ERRORS:
-            break
-    errors.extend(duplicate_ids(ids, lines, key="line", noun="line")[: MAX_ERRORS - len(errors)])
-    if errors:
-        raise InvalidInput(errors)
+    ids = scan_jsonl(path, keep=False, max_errors=MAX_ERRORS)[1]
     return _Scan(len(ids), ids, _file_digest(path))
 
 

@@ -143,22 +143,36 @@ def parse_line(line: str, lineno: int) -> MemoryIn | list[dict[str, object]]:
         return _errors_of(exc, line=lineno)
 
 
-def read_jsonl(path: Path) -> list[MemoryIn]:
-    """Parse and validate a JSONL file; raise InvalidInput naming each bad line (1-based)."""
+def scan_jsonl(
+    path: Path, *, keep: bool = True, max_errors: int | None = None
+) -> tuple[list[MemoryIn], list[str | None]]:
+    """Validate every line of a JSONL file; raise InvalidInput naming each bad line (1-based,
+    the first `max_errors` of them). Returns the items (unless `keep` is off: a large file's
+    import reads them again chunk by chunk) and every item's id."""
     items: list[MemoryIn] = []
+    ids: list[str | None] = []
     errors: list[dict[str, object]] = []
     lines: list[int] = []
     for lineno, line in json_lines(path):
         got = parse_line(line, lineno)
         if isinstance(got, list):
             errors.extend(got)
-        else:
+            if max_errors is not None and len(errors) >= max_errors:
+                break
+            continue
+        ids.append(got.id)
+        lines.append(lineno)
+        if keep:
             items.append(got)
-            lines.append(lineno)
-    errors.extend(duplicate_ids([it.id for it in items], lines, key="line", noun="line"))
+    errors.extend(duplicate_ids(ids, lines, key="line", noun="line"))
     if errors:
-        raise InvalidInput(errors)
-    return items
+        raise InvalidInput(errors[:max_errors])
+    return items, ids
+
+
+def read_jsonl(path: Path) -> list[MemoryIn]:
+    """Parse and validate a JSONL file; raise InvalidInput naming each bad line (1-based)."""
+    return scan_jsonl(path)[0]
 
 
 def passage_text(item: MemoryIn) -> str:

@@ -179,9 +179,6 @@ class Orchestrator:
     def _embed_cached(self, text: str) -> np.ndarray:
         return self._embeddings.get_or_compute(text, lambda: self.embedder.embed_query(text))
 
-    def _timeout_s(self, source: Source) -> float:
-        return self.source_timeout_ms / 1000.0
-
     def validate(self, query: str, options: RetrievalOptions) -> str:
         """Reject what cannot be answered; return the query stripped."""
         errors: list[dict[str, object]] = []
@@ -453,7 +450,7 @@ class Orchestrator:
             return [], SourceReport(
                 source.value, 0.0, 0, SourceStatus.UNAVAILABLE, self.unavailable[source]
             )
-        timeout = self._timeout_s(source)
+        timeout = self.source_timeout_ms / 1000.0
         sctx = ctx
         if source not in TEXT_ONLY_SOURCES:
             got_vectors = await self._vectors_for(source, embedding, timeout)
