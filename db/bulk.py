@@ -117,6 +117,20 @@ async def stage(
     await conn.copy_records_to_table("import_rows", records=records, columns=_STAGE_COLUMNS)
 
 
+# Session-level lock of one import (released by unlock, or when the connection ends).
+_TRY_LOCK = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))"
+_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended($1, 0))"
+
+
+async def try_lock(conn: asyncpg.Connection, import_id: str) -> bool:
+    """Take the import's lock for this session; False when another session holds it."""
+    return bool(await conn.fetchval(_TRY_LOCK, import_id))
+
+
+async def unlock(conn: asyncpg.Connection, import_id: str) -> None:
+    await conn.execute(_UNLOCK, import_id)
+
+
 async def discard(conn: asyncpg.Connection, import_id: str) -> None:
     """Drop an import's staged rows."""
     await conn.execute(_FORGET, import_id)

@@ -13,3 +13,7 @@ class EmbeddingModelMismatch(StoreError):
 
 class WriteConflict(StoreError):
     """A write kept losing deadlocks or serialisation races; nothing was written."""
+
+
+class ImportInProgress(StoreError):
+    """Another session is running the same import."""

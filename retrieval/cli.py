@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 from pydantic import ValidationError
 
 from db.bulk import Rebuild
@@ -229,13 +230,18 @@ async def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
             print(f"... and {len(exc.errors) - 20} more", file=sys.stderr)
         print("retrieval: nothing was written", file=sys.stderr)
         return 2
-    except OSError as exc:
-        return _err(f"cannot read {args.file}: {exc.strerror}")
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, ConnectionError) as exc:
+        return _err(
+            f"the database failed during the import ({type(exc).__name__}: {exc}); nothing was "
+            "published; rerun the same command to resume"
+        )
     except TimeoutError:
         return _err(
             f"the database did not finish the write within {INGEST_TIMEOUT_S:g} s; nothing was published "
             "(rerun the command to resume)"
         )
+    except OSError as exc:
+        return _err(f"cannot read {args.file}: {exc.strerror}")
     finally:
         await rt.close()
     rate = rep.received / rep.seconds if rep.seconds else 0.0

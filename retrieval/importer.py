@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from db import bulk
+from db.errors import ImportInProgress
 from retrieval.embeddings import Embedder
 from retrieval.errors import InvalidInput
 from retrieval.ingest import (
@@ -143,8 +144,36 @@ async def import_file(
     logger.info("import: %d lines validated in %.1f s", sc.count, time.perf_counter() - t0)
     vectors = open_vectors(embeddings, sc.ids, rt.embedder.dim) if embeddings is not None else None
     iid = import_id(namespace, sc.digest, rt.embedder, embeddings)
+    # One connection holds the import's lock from begin to publish: a second run of the same
+    # import is refused instead of staging the same lines twice.
     async with rt.pool.acquire() as conn:
-        done = await bulk.begin(conn, iid, namespace)
+        if not await bulk.try_lock(conn, iid):
+            raise ImportInProgress(
+                f"another run is importing {path} into {namespace!r}; rerun when it has ended"
+            )
+        try:
+            return await _run(rt, conn, path, sc, iid, namespace, vectors, workers, rebuild,
+                              progress, timeout_s, t0)  # fmt: skip
+        finally:
+            await bulk.unlock(conn, iid)
+
+
+async def _run(
+    rt: Any,
+    conn: Any,
+    path: Path,
+    sc: _Scan,
+    iid: str,
+    namespace: str,
+    vectors: np.ndarray | None,
+    workers: int,
+    rebuild: bulk.Rebuild,
+    progress: Callable[[int], None] | None,
+    timeout_s: float | None,
+    t0: float,
+) -> ImportReport:
+    """Stage what an earlier run did not, then publish (under the import's lock, on conn)."""
+    done = await bulk.begin(conn, iid, namespace)
     workers = workers or auto_workers(sc.count)
     executor = (
         ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(rt.nlp.model_name,))
@@ -157,15 +186,13 @@ async def import_file(
             rt, path, iid, namespace, vectors, analyse, done, workers, progress
         )
     except InvalidInput:  # the vectors are not this model's: nothing staged is worth keeping
-        async with rt.pool.acquire() as conn:
-            await bulk.discard(conn, iid)
+        await bulk.discard(conn, iid)
         raise
     finally:
         if executor:
             executor.shutdown(cancel_futures=True)
     logger.info("import: staged by %.1f s (%d workers)", time.perf_counter() - t0, workers)
-    async with rt.pool.acquire() as conn:
-        pub = await bulk.publish(conn, iid, namespace, rebuild=rebuild, timeout_s=timeout_s)
+    pub = await bulk.publish(conn, iid, namespace, rebuild=rebuild, timeout_s=timeout_s)
     return ImportReport(
         namespace,
         sc.count,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -121,9 +122,15 @@ def parse_items(raw: Iterable[Any]) -> list[MemoryIn]:
     return items
 
 
+# Bytes that are not UTF-8, as `surrogateescape` decodes them (U+DC80-U+DCFF): decoded UTF-8
+# text never holds a lone surrogate, so these can only come from such bytes.
+_UNDECODABLE_RE = re.compile("[\udc80-\udcff]")
+
+
 def json_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """The non-blank lines of a file, with their 1-based numbers."""
-    with open(path, encoding="utf-8") as fh:
+    """The non-blank lines of a file, with their 1-based numbers (bytes that are not UTF-8 are
+    kept for parse_line to name, not raised at the first one)."""
+    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
         for lineno, line in enumerate(fh, start=1):
             if line.strip():
                 yield lineno, line
@@ -131,6 +138,9 @@ def json_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 def parse_line(line: str, lineno: int) -> MemoryIn | list[dict[str, object]]:
     """One JSONL line as a memory, or the errors that name its line and field."""
+    if bad := _UNDECODABLE_RE.search(line):
+        reason = f"not UTF-8 (character {bad.start() + 1} of the line)"
+        return [{"line": lineno, "field": "(encoding)", "reason": reason}]
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -270,6 +280,13 @@ def open_vectors(path: Path, ids: list[str | None], dim: int) -> np.ndarray:
                 }
             ]
         )
+    for start in range(0, len(ids), 65_536):  # a pass over the file, a block at a time
+        block = np.asarray(vecs[start : start + 65_536], dtype=np.float32)
+        bad = ~np.isfinite(block).all(axis=1) | (np.abs(block).sum(axis=1) == 0)
+        if bad.any():
+            row = start + int(np.argmax(bad))
+            reason = f"row {row} of {path} is not a usable vector (NaN, infinite or all zero)"
+            raise InvalidInput([{"field": "embeddings", "reason": reason}])
     ids_path = path.with_name(path.stem + "_ids.json")
     if ids_path.exists() and json.loads(ids_path.read_text()) != [x or "" for x in ids]:
         raise InvalidInput(

@@ -2,10 +2,12 @@
 
 import json
 
+import asyncpg
 import numpy as np
 import pytest
 
 from db import bulk
+from db.errors import ImportInProgress
 from retrieval import importer
 from retrieval.errors import InvalidInput
 from retrieval.models import RetrievalOptions
@@ -132,7 +134,8 @@ async def test_vectors_are_checked_against_the_file(rt, ns, tmp_path):
     np.save(v, np.zeros((4, 384), np.float32))
     with pytest.raises(InvalidInput, match="expected \\(5, 384\\)"):
         await importer.import_file(rt, f, namespace=ns, embeddings=v, workers=1)
-    np.save(v, np.zeros((5, 384), np.float32))
+    # Usable vectors, but not this model's (random directions).
+    np.save(v, np.random.default_rng(1).normal(size=(5, 384)).astype(np.float32))
     with pytest.raises(InvalidInput, match="does not match"):
         await importer.import_file(rt, f, namespace=ns, embeddings=v, workers=1)
     assert await _count(rt, "SELECT count(*) FROM memories WHERE namespace = $1", ns) == 0
@@ -220,3 +223,84 @@ async def test_the_namespace_rule_is_the_api_rule(rt, tmp_path, bad):
     with pytest.raises(InvalidInput) as err:
         await importer.import_file(rt, f, namespace=bad, workers=1)
     assert err.value.errors[0]["field"] == "namespace"
+
+
+async def test_bytes_that_are_not_utf8_are_named_by_line(rt, ns, tmp_path):
+    f = tmp_path / "bad.jsonl"
+    f.write_bytes(b'{"id": "a", "content": "ok"}\n{"id": "b", "content": "bad \xff byte"}\n')
+    with pytest.raises(InvalidInput) as err:
+        await importer.import_file(rt, f, namespace=ns, workers=1)
+    assert [(e["line"], e["field"]) for e in err.value.errors] == [(2, "(encoding)")]
+    assert await _count(rt, "SELECT count(*) FROM memories WHERE namespace = $1", ns) == 0
+
+
+@pytest.mark.parametrize("poison", [np.nan, np.inf, 0.0])
+async def test_unusable_vectors_are_refused_before_anything_is_staged(rt, ns, tmp_path, poison):
+    f = tmp_path / "m.jsonl"
+    _write(f, LINES[:3])
+    v = rt.embedder.embed_passages([x["content"] for x in LINES[:3]]).astype(np.float32)
+    if poison == 0.0:
+        v[2] = 0.0
+    else:
+        v[2, 7] = poison
+    np.save(tmp_path / "v.npy", v)
+    with pytest.raises(InvalidInput, match="row 2 of .* is not a usable vector"):
+        await importer.import_file(rt, f, namespace=ns, embeddings=tmp_path / "v.npy", workers=1)
+    assert await _count(rt, "SELECT count(*) FROM imports WHERE namespace = $1", ns) == 0
+
+
+async def test_a_second_run_of_the_same_import_is_refused(rt, ns, tmp_path):
+    f = tmp_path / "m.jsonl"
+    _write(f, LINES)
+    iid = importer.import_id(ns, importer.scan(f).digest, rt.embedder, None)
+    async with rt.pool.acquire() as other:  # the first run, holding the import's lock
+        assert await bulk.try_lock(other, iid)
+        try:
+            with pytest.raises(ImportInProgress):
+                await importer.import_file(rt, f, namespace=ns, workers=1)
+        finally:
+            await bulk.unlock(other, iid)
+    assert await _count(rt, "SELECT count(*) FROM memories WHERE namespace = $1", ns) == 0
+    rep = await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER)
+    assert rep.inserted == 5
+
+
+async def test_a_database_failure_mid_import_publishes_nothing_and_resumes(
+    rt, ns, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(importer, "CHUNK", 2)
+    f = tmp_path / "m.jsonl"
+    _write(f, LINES)
+    real_stage, calls = bulk.stage, []
+
+    async def stage_then_lose_the_server(conn, import_id, rows):
+        calls.append(len(rows))
+        if len(calls) == 2:
+            raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle")
+        await real_stage(conn, import_id, rows)
+
+    monkeypatch.setattr(bulk, "stage", stage_then_lose_the_server)
+    with pytest.raises(asyncpg.ConnectionDoesNotExistError):
+        await importer.import_file(rt, f, namespace=ns, workers=1)
+    assert await _count(rt, "SELECT count(*) FROM memories WHERE namespace = $1", ns) == 0
+    monkeypatch.setattr(bulk, "stage", real_stage)
+    rep = await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER)
+    assert rep.resumed_from == 2 and rep.inserted == 5
+
+
+def test_cli_reports_a_database_failure_without_a_traceback(rt, tmp_path, monkeypatch, capsys):
+    from retrieval.cli import main
+
+    monkeypatch.setenv("RETRIEVAL_DATA_DIR", str(rt.settings.data_dir))
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    f = tmp_path / "m.jsonl"
+    _write(f, LINES[:1])
+
+    async def lose_the_server(*args, **kwargs):
+        raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle")
+
+    monkeypatch.setattr(importer, "import_file", lose_the_server)
+    assert main(["ingest", str(f), "--namespace", "cli-db-failure"]) == 2
+    err = capsys.readouterr().err
+    assert "the database failed during the import" in err and "rerun the same command" in err
+    assert "Traceback" not in err
