@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+from retrieval.answers import asked_kind
 from retrieval.calendar_ja import national_holidays
 from retrieval.models import Entity, QueryIntent, QueryType
 from retrieval.nlp import JapaneseNLP, normalize_text, question_focus, terms_from_tokens
@@ -116,7 +117,8 @@ class QueryAnalyzer:
             language="en" if text.isascii() else "ja",
             name_terms=tuple(names[:8]),
             name_index_terms=tuple(" ".join(self.nlp.terms(n)) for n in names[:8]),
-            focus=question_focus(toks),
+            focus=(focus := question_focus(toks)),
+            asks=asked_kind(body, toks, focus),
         )
 
 

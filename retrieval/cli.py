@@ -319,6 +319,7 @@ def _cmd_analyze(settings: Settings, args: argparse.Namespace) -> int:
         },
         "time_hints": list(intent.time_hints),
         "focus": intent.focus,
+        "asks": intent.asks,
         "strategy": p.strategy.value,
         "params": p.preset.to_json(),
     }

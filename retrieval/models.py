@@ -176,6 +176,8 @@ class QueryIntent:
     name_index_terms: tuple[str, ...] = ()
     # What the question asks about (its last common noun, as a search term), if any.
     focus: str | None = None
+    # The kind of answer it asks for ("date", "amount": retrieval.answers), if it says.
+    asks: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -188,6 +190,7 @@ class QueryIntent:
             "language": self.language,
             "name_terms": list(self.name_terms),
             "focus": self.focus,
+            "asks": self.asks,
         }
 
 
@@ -223,6 +226,9 @@ class Candidate:
     seed_text: str | None = None
     # Expansion: the memory holds what the question asks about (its focus) and the seed does not.
     answers_focus: bool = False
+    # Expansion: the memory gives the kind of answer asked for (a date, an amount) and the seed
+    # does not: the chain answers the question, the seed only leads to it.
+    answers: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,12 +49,15 @@ class Expanded:
 
     vias: dict[int, list[str]]
     chain_text: dict[int, str]
+    # Memories a chain reached that give the kind of answer asked for (and whose seed does not).
+    answering: frozenset[int] = frozenset()
 
 
 def expand(
     fused: dict[int, Fused],
     per_source: Mapping[Source, Sequence[Candidate]],
     weights: Mapping[Source, float],
+    answer_weight: float = 1.0,
 ) -> tuple[dict[int, Fused], Expanded]:
     """Add what the expansion sources reached. Each scores the chain seed -> memory; the best
     chain, times its source's weight, stands for the memory when it beats the memory's own
@@ -63,9 +66,13 @@ def expand(
     out = dict(fused)
     best: dict[int, tuple[float, Candidate]] = {}
     vias: dict[int, list[str]] = {}
+    answering: set[int] = set()
     for source in EXPANSION_SOURCES:
-        w = weights.get(source, 0.0)
         for c in per_source.get(source, ()):
+            w = weights.get(source, 0.0)
+            if c.answers and w > 0:  # the chain answers the question: the seed only leads there
+                w = max(w, answer_weight)
+                answering.add(c.id)
             f = out.get(c.id) or Fused(c, {}, 0.0)
             out[c.id] = replace(f, signals={**f.signals, source.value: c.score})
             if c.id not in best or w * c.score > best[c.id][0]:
@@ -82,7 +89,7 @@ def expand(
                 chain_text[cid] = (
                     c.seed_text + "\n" + (f.candidate.title or "") + f.candidate.content
                 )
-    return out, Expanded(vias, chain_text)
+    return out, Expanded(vias, chain_text, frozenset(answering))
 
 
 def admit(
@@ -90,17 +97,23 @@ def admit(
     per_source: Mapping[Source, Sequence[Candidate]],
     preset: Preset,
     seats: int,
+    answering: frozenset[int] = frozenset(),
 ) -> list[Fused]:
     """The candidates the reranker considers: each source's quota of its own best first, then
-    the best remaining by fused order; entity-only candidates capped at their share."""
+    the best remaining by fused order; entity-only candidates capped at their share, unless
+    they give the kind of answer the question asks for (`answering`)."""
     if not preset.quotas:
         return list(ordered[:seats])
     position = {f.candidate.id: i for i, f in enumerate(ordered)}
     entity_cap = math.floor(preset.entity_only_share * seats)
     others = {s.value for s in per_source if s != Source.ENTITY}
 
-    def entity_only(signals: Mapping[str, float]) -> bool:
-        return Source.ENTITY.value in signals and not others & signals.keys()
+    def entity_only(f: Fused) -> bool:
+        return (
+            Source.ENTITY.value in f.signals
+            and not others & f.signals.keys()
+            and f.candidate.id not in answering
+        )
 
     chosen: set[int] = set()
     taken = 0
@@ -109,7 +122,7 @@ def admit(
         for c in own[: math.ceil(share * seats)]:
             if c.id not in position or c.id in chosen:
                 continue
-            if entity_only(ordered[position[c.id]].signals):
+            if entity_only(ordered[position[c.id]]):
                 if taken >= entity_cap:
                     continue
                 taken += 1
@@ -119,7 +132,7 @@ def admit(
             break
         if f.candidate.id in chosen:
             continue
-        if entity_only(f.signals):
+        if entity_only(f):
             if taken >= entity_cap:
                 continue
             taken += 1
@@ -409,7 +422,9 @@ def rerank(
     """Fuse, add what expansion reached, admit the top `rerank_top` by quotas (window first),
     add the character n-gram signal, decay by age, dedupe, threshold, diversify, label and
     explain."""
-    fused, expanded = expand(fuse_first_wave(per_source, preset), per_source, preset.expansion)
+    fused, expanded = expand(
+        fuse_first_wave(per_source, preset), per_source, preset.expansion, preset.answer_weight
+    )
     first = preset.window is WindowMode.FIRST and window is not None
 
     def placed(c: Candidate) -> float:
@@ -420,7 +435,7 @@ def rerank(
         fused.values(), key=lambda f: (placed(f.candidate) >= 0, f.score), reverse=True
     )
     before = len(ordered)
-    top = admit(ordered, per_source, preset, max(preset.rerank_top, limit))
+    top = admit(ordered, per_source, preset, max(preset.rerank_top, limit), expanded.answering)
     lex = lex_signal(
         query,
         {

@@ -17,6 +17,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from retrieval.answers import AnswerKind, gives, mentions
 from retrieval.models import Candidate, Filters, QueryIntent, Source, TimeRange
 from retrieval.nlp import normalize_entity
 
@@ -306,6 +307,13 @@ WHERE s.namespace = $1
 GROUP BY n.i"""
 
 
+def name_max_df(doc_count: int) -> float:
+    """How many memories a name may be in and still pick memories out: 1 % of a large
+    namespace, 20 of a middling one, 5 % of a small one (プロジェクト in 15 of a diary's 150
+    memories is a word of the diary, not a name), and 2 of a tiny one."""
+    return max(0.01 * doc_count, min(20.0, max(2.0, 0.05 * doc_count)))
+
+
 def name_weight(df: int, doc_count: int) -> float:
     """A name counts by how rare it is (BM25's IDF of its rarest word, an upper bound of how many
     memories hold the whole name): 木村翔太 in two memories outweighs プロジェクト in fifteen,
@@ -324,8 +332,7 @@ async def trigram(ctx: SearchContext) -> list[Candidate]:
         for r in await conn.fetch(
             NAME_DF_SQL, ctx.filters.namespace, [x for _, x in pairs], timeout=ctx.timeout_s
         ):
-            # A name in more than 1% of the memories is no name to pick memories by.
-            if r["df"] <= max(0.01 * r["doc_count"], 20):
+            if r["df"] <= name_max_df(r["doc_count"]):
                 weights[r["i"] - 1] = name_weight(r["df"], r["doc_count"])
         kept = [(t, weights[i]) for i, t in enumerate(terms) if i in weights]
         if not kept:
@@ -478,6 +485,24 @@ def _best(cands: list[Candidate], k: int) -> list[Candidate]:
     return sorted(best.values(), key=lambda c: c.score, reverse=True)[:k]
 
 
+# A memory answers "when" by stating one date (「アカネの提出期限は2月9日」); a passage with
+# several dates in it proves little. Measured (docs/benchmarks.md): without this, JaQuAD-semantic
+# dev lost 0.6 points of MRR@10 to neighbouring Wikipedia passages full of years.
+ANSWER_MAX_MENTIONS = 1
+
+
+def _gives_answer(ctx: SearchContext, c: Candidate, seed_text: str | None) -> str:
+    """The kind of answer asked for ("date", "amount") when the memory states one and its seed
+    states none, else "": the hop reaches the answer, the seed only names the way there."""
+    if ctx.intent.asks is None:
+        return ""
+    kind = AnswerKind(ctx.intent.asks)
+    said = mentions(kind, (c.title or "") + c.content)
+    if 0 < said <= ANSWER_MAX_MENTIONS and not gives(kind, seed_text or ""):
+        return kind.value
+    return ""
+
+
 async def links(ctx: SearchContext) -> list[Candidate]:
     """Memories one link from a seed: replies, the question replied to, related topics."""
     ext, scores = _seed_args(ctx)
@@ -497,6 +522,9 @@ async def links(ctx: SearchContext) -> list[Candidate]:
         answers = r["label"] == "reply_to" and r["dir"] == "from" and r["seed_asks"]
         weight = ANSWER_WEIGHT if answers else LINK_WEIGHTS.get(r["label"], 0.5)
         via = f"linked {r['label']} {'from' if r['dir'] == 'to' else 'to'} {r['seed']}"
+        if kind := _gives_answer(ctx, c, r["seed_text"]):
+            c.answers = True
+            via += f", gives the asked {kind}"
         out.append(_chain(r, c, weight, via))
     return _best(out, ctx.k)
 
@@ -525,20 +553,20 @@ async def entity(ctx: SearchContext) -> list[Candidate]:
     q_idf = sum(_query_terms(ctx)[1])
     out = []
     for r, c in zip(rows, _rows(rows, Source.ENTITY, score_key="seed_score"), strict=True):
-        if _added(r, q_idf) < MIN_ENTITY_ADDED:
+        # The memory gives the date or the sum asked for and the seed does not: it answers,
+        # however it words what it gives (提出期限 for 締め切り adds no query word).
+        kind = _gives_answer(ctx, c, r["seed_text"])
+        if not kind and _added(r, q_idf) < MIN_ENTITY_ADDED:
             continue
-        # The memory holds what the question asks about (its 締め切り) and the seed does not:
-        # the chain answers the question, the seed only leads to it.
+        # The memory holds what the question asks about (its 締め切り) and the seed does not.
         c.answers_focus = bool(r["has_focus"]) and not r["seed_has_focus"]
+        c.answers = bool(kind)
         via = f"shares 「{r['entity']}」 with {r['seed']}"
-        out.append(
-            _chain(
-                r,
-                c,
-                FOCUS_BOOST if c.answers_focus else 1.0,
-                via + (f", holds the asked 「{ctx.intent.focus}」" if c.answers_focus else ""),
-            )
-        )
+        if c.answers_focus:
+            via += f", holds the asked 「{ctx.intent.focus}」"
+        if kind:
+            via += f", gives the asked {kind}"
+        out.append(_chain(r, c, FOCUS_BOOST if c.answers_focus else 1.0, via))
     return _best(out, ctx.k)
 
 
@@ -555,10 +583,13 @@ async def thread(ctx: SearchContext) -> list[Candidate]:
             *_query_terms(ctx),
             timeout=ctx.timeout_s,
         )
-    out = [
-        _chain(r, c, 1.0, f"same thread as {r['seed']}")
-        for r, c in zip(rows, _rows(rows, Source.THREAD, score_key="seed_score"), strict=True)
-    ]
+    out = []
+    for r, c in zip(rows, _rows(rows, Source.THREAD, score_key="seed_score"), strict=True):
+        via = f"same thread as {r['seed']}"
+        if kind := _gives_answer(ctx, c, r["seed_text"]):
+            c.answers = True
+            via += f", gives the asked {kind}"
+        out.append(_chain(r, c, 1.0, via))
     return _best(out, ctx.k)
 
 

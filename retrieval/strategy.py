@@ -48,6 +48,9 @@ class Preset:
     # reaches. Empty = no expansion.
     expansion: Mapping[Source, float] = field(default_factory=lambda: MappingProxyType({}))
     expand_seeds: int = 5
+    # What a hop passes on, whatever its source, when its memory gives the kind of answer the
+    # question asks for (a date, an amount) and its seed does not (retrieval.answers).
+    answer_weight: float = 1.0
     # Seats among the `rerank_top` candidates kept for each source's own best (a share each),
     # so that no prolific source takes every seat; candidates found by the entity source alone
     # take at most `entity_only_share`. Unfilled seats go to the best remaining by fused score.
@@ -71,6 +74,7 @@ class Preset:
             "lex_weight": self.lex_weight,
             "expansion": {s.value: w for s, w in self.expansion.items()},
             "expand_seeds": self.expand_seeds,
+            "answer_weight": self.answer_weight,
             "max_candidates": self.rerank_top,
             "quotas": {s.value: q for s, q in self.quotas.items()},
             "entity_only_share": self.entity_only_share,
@@ -112,12 +116,15 @@ SEMANTIC_ONLY = Preset(
     lex_n=3,
     **_EXPAND,
 )
-# Factual questions with names or terms: wording first.
+# Factual questions with names or terms: wording first. The names leg (trigram) weighs 0.15,
+# measured against 0.05 and 0.3 (docs/benchmarks.md): multi-hop dev hit@5 0.938 / 0.984 / 0.984
+# (a person's full name picks the meeting, not another 沙織's), JSQuAD dev MRR@10 0.926 / 0.924
+# / 0.923; 0.15 is the most that keeps JSQuAD within half a point.
 KEYWORD_BOOST = Preset(
     Strategy.KEYWORD_BOOST,
     (Source.VECTOR, Source.KEYWORD, Source.TRIGRAM),
     Fusion.WEIGHTED,
-    _w(vector=0.35, keyword=0.6, trigram=0.05),
+    _w(vector=0.35, keyword=0.6, trigram=0.15),
     recency_weight=0.05,
     lex_weight=0.6,
     lex_n=3,
@@ -128,7 +135,7 @@ TEMPORAL = Preset(
     Strategy.TEMPORAL,
     (Source.TEMPORAL, Source.VECTOR, Source.KEYWORD, Source.TRIGRAM),
     Fusion.WEIGHTED,
-    _w(temporal=0.4, vector=0.2, keyword=0.4, trigram=0.05),
+    _w(temporal=0.4, vector=0.2, keyword=0.4, trigram=0.15),
     window=WindowMode.FIRST,
     recency_weight=0.1,
     recency_half_life_days=30.0,
@@ -141,7 +148,7 @@ HYBRID = Preset(
     Strategy.HYBRID,
     (Source.VECTOR, Source.KEYWORD, Source.TRIGRAM),
     Fusion.WEIGHTED,
-    _w(vector=0.5, keyword=0.5, trigram=0.05),
+    _w(vector=0.5, keyword=0.5, trigram=0.15),
     recency_weight=0.05,
     lex_weight=0.6,
     lex_n=3,

@@ -34,6 +34,10 @@ def test_analyze_json(capsys):
     assert out["strategy"] == "temporal" and out["time_range"]["relative"] == "last_week"
     assert out["time_range"]["start"].startswith("2026-11-09") and "intent" in out["keywords"]
     assert set(out) >= {"query_type", "keywords", "entities", "time_range", "strategy", "params"}
+    assert out["asks"] is None and out["params"]["answer_weight"] == 1.0
+    assert main(["analyze", "アオバの納期はいつ？", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["asks"] == "date" and out["focus"] == "納期"
 
 
 def test_analyze_plain_and_bad_now(capsys):

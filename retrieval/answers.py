@@ -1,0 +1,94 @@
+"""What kind of answer a question asks for (a date, an amount of money), and whether a text gives
+one: a chain seed -> memory answers the question when the memory gives that kind and the seed
+does not (the deadline of the project the meeting named, however the deadline is worded)."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+
+from retrieval.nlp import Token, normalize_text
+
+
+class AnswerKind(StrEnum):
+    DATE = "date"
+    AMOUNT = "amount"
+
+
+# Question words, by Sudachi normal form (いつ, いくら -> 幾ら) or English surface.
+_ASKING_WORDS = {
+    "何時": AnswerKind.DATE,  # いつ / なんじ: both ask when
+    "いつ": AnswerKind.DATE,
+    "when": AnswerKind.DATE,
+    "幾ら": AnswerKind.AMOUNT,
+    "いくら": AnswerKind.AMOUNT,
+}
+# Phrases that ask the same (何日, 何月, 何円, how much).
+_ASKING_RE = (
+    (re.compile(r"何(年|月|日|曜)|what date|what day", re.IGNORECASE), AnswerKind.DATE),
+    (re.compile(r"何(円|万円|ドル)|how much|what price", re.IGNORECASE), AnswerKind.AMOUNT),
+)
+
+# Nouns that name a date or an amount when asked about (「締め切りを教えて」), matched on the
+# focus's normal form or its ending (提出期限, 発売日, 参加費, 予算額): Sudachi folds 締切 and 〆切
+# into 締め切り already.
+_DATE_NOUNS = frozenset((
+    "締め切り", "期限", "期日", "納期", "日程", "日付", "日取り", "日にち", "予定日", "デッドライン",
+    "誕生日", "記念日", "deadline", "date", "due",
+))  # fmt: skip
+_DATE_ENDINGS = ("期限", "期日", "日程", "予定日", "開始日", "終了日", "発売日", "提出日", "納期")
+_AMOUNT_NOUNS = frozenset((
+    "予算", "費用", "価格", "値段", "金額", "料金", "代金", "経費", "コスト", "給料", "年収", "月収",
+    "家賃", "売上", "売り上げ", "見積もり", "budget", "cost", "price", "fee", "salary",
+))  # fmt: skip
+_AMOUNT_ENDINGS = ("予算", "費用", "金額", "料金", "代金", "経費", "予算額", "費", "代", "額")
+
+
+def asked_kind(text: str, toks: list[Token], focus: str | None) -> AnswerKind | None:
+    """The kind of answer the question (`text`, its tokens and focus) asks for: by its question
+    word (いつ, いくら, when), else by the noun it asks about (締め切り, 予算); None otherwise."""
+    for tok in toks:
+        kind = _ASKING_WORDS.get(tok.norm) or _ASKING_WORDS.get(tok.surface.lower())
+        if kind is not None:
+            return kind
+    for pattern, kind in _ASKING_RE:
+        if pattern.search(text):
+            return kind
+    if focus is None:
+        return None
+    if focus in _DATE_NOUNS or focus.endswith(_DATE_ENDINGS):
+        return AnswerKind.DATE
+    if focus in _AMOUNT_NOUNS or (len(focus) > 1 and focus.endswith(_AMOUNT_ENDINGS)):
+        return AnswerKind.AMOUNT
+    return None
+
+
+_KANJI_DIGITS = "〇一二三四五六七八九十"
+_DATE_RE = re.compile(
+    rf"(?:[0-9{_KANJI_DIGITS}]{{1,4}}年)?[0-9{_KANJI_DIGITS}]{{1,3}}月[0-9{_KANJI_DIGITS}]{{1,3}}日"
+    rf"|[0-9{_KANJI_DIGITS}]{{3,4}}年|(?:明治|大正|昭和|平成|令和)[0-9元{_KANJI_DIGITS}]{{1,3}}年"
+    r"|[0-9]{1,2}世紀"
+    r"|\d{4}[-/]\d{1,2}[-/]\d{1,2}"
+    r"|\d{1,2}/\d{1,2}(?!\d)"
+    r"|(?<![0-9])\d{1,2}日(?![間])"
+    r"|[月火水木金土日]曜"
+    r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\.? \d{1,2}\b",
+)
+_AMOUNT_RE = re.compile(
+    r"[0-9][0-9,.]*\s*(?:万|億|千)?\s*(?:円|ドル|ユーロ|元|ウォン)"
+    r"|[$¥€£]\s*[0-9]"
+    rf"|[{_KANJI_DIGITS}百千万億]+円"
+    r"|[0-9][0-9,.]*\s*(?:dollars|yen|euros?)\b",
+    re.IGNORECASE,
+)
+_PATTERNS = {AnswerKind.DATE: _DATE_RE, AnswerKind.AMOUNT: _AMOUNT_RE}
+
+
+def gives(kind: AnswerKind, text: str) -> bool:
+    """Whether the text states an answer of this kind (a date, a sum of money)."""
+    return _PATTERNS[kind].search(normalize_text(text)) is not None
+
+
+def mentions(kind: AnswerKind, text: str) -> int:
+    """How many answers of this kind the text states."""
+    return len(_PATTERNS[kind].findall(normalize_text(text)))

@@ -1,0 +1,71 @@
+"""The kind of answer a question asks for, and whether a text gives one."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from retrieval.answers import AnswerKind, asked_kind, gives
+from retrieval.nlp import question_focus
+
+DATE, AMOUNT = AnswerKind.DATE, AnswerKind.AMOUNT
+
+
+@pytest.mark.parametrize(
+    ("question", "kind"),
+    [
+        ("山田さんと打ち合わせしたプロジェクトの締め切りはいつ？", DATE),
+        ("木村さんと進めている案件の締め切りを教えて", DATE),
+        ("〆切を教えて", DATE),
+        ("アオバの納期を教えて", DATE),
+        ("レポートの提出期限を知りたい", DATE),
+        ("新製品の発売日は？", DATE),
+        ("何日に決まったんだっけ", DATE),
+        ("When is the deadline for Aoba?", DATE),
+        ("アオバの予算はいくら？", AMOUNT),
+        ("案件の予算を教えて", AMOUNT),
+        ("旅行の費用を教えて", AMOUNT),
+        ("勉強会の参加費を教えて", AMOUNT),
+        ("How much is the budget?", AMOUNT),
+        ("ヒスイの集まりはどこでやるの", None),
+        ("誰と打ち合わせしたっけ", None),
+        ("pgvectorの設定方法", None),
+        ("", None),
+    ],
+)
+def test_asked_kind(nlp, question, kind):
+    toks = nlp.tokens(question)
+    assert asked_kind(question, toks, question_focus(toks)) == kind
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "expected"),
+    [
+        ("アカネの提出期限は2月9日。遅れないように。", DATE, True),
+        ("「カエデ」の締め切りは1月1日に決まった。", DATE, True),
+        ("締め切りは十二月三日です", DATE, True),
+        ("1910年に建てられた", DATE, True),
+        ("令和5年に引っ越した", DATE, True),
+        ("期限は2026-03-10", DATE, True),
+        ("次は15日にやる", DATE, True),
+        ("毎週月曜に定例", DATE, True),
+        ("due Mar 10", DATE, True),
+        ("井上さんとプロジェクト「アカネ」の打ち合わせをした。場所は仙台。", DATE, False),
+        ("3日間かかった", DATE, False),
+        ("「アカネ」の予算は520万円で承認された。", AMOUNT, True),
+        ("会費は￥3,000", AMOUNT, True),
+        ("It costs $20", AMOUNT, True),
+        ("三千円だった", AMOUNT, True),
+        ("費用は20 dollars", AMOUNT, True),
+        ("「アカネ」の締め切りは2月9日。", AMOUNT, False),
+        ("参加者は30人", AMOUNT, False),
+    ],
+)
+def test_gives(text, kind, expected):
+    assert gives(kind, text) is expected
+
+
+@given(st.text(max_size=300), st.sampled_from(list(AnswerKind)))
+def test_gives_takes_any_text(text, kind):
+    assert gives(kind, text) in (True, False)
