@@ -86,9 +86,19 @@ _PATTERNS = {AnswerKind.DATE: _DATE_RE, AnswerKind.AMOUNT: _AMOUNT_RE}
 
 def gives(kind: AnswerKind, text: str) -> bool:
     """Whether the text states an answer of this kind (a date, a sum of money)."""
-    return _PATTERNS[kind].search(normalize_text(text)) is not None
+    return _PATTERNS[kind].search(normalize_text(text[:SCAN_CHARS])) is not None
 
 
-def mentions(kind: AnswerKind, text: str) -> int:
-    """How many answers of this kind the text states."""
-    return len(_PATTERNS[kind].findall(normalize_text(text)))
+# A memory states its answer early; the hop sources return up to 200 memories of up to 100k
+# characters each, and this runs on every one of them per request.
+SCAN_CHARS = 4000
+
+
+def mentions(kind: AnswerKind, text: str, most: int = 2) -> int:
+    """How many answers of this kind the text's first SCAN_CHARS state, counted up to `most`."""
+    found = 0
+    for _ in _PATTERNS[kind].finditer(normalize_text(text[:SCAN_CHARS])):
+        found += 1
+        if found >= most:
+            break
+    return found

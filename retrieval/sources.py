@@ -497,7 +497,7 @@ def _gives_answer(ctx: SearchContext, c: Candidate, seed_text: str | None) -> st
     if ctx.intent.asks is None:
         return ""
     kind = AnswerKind(ctx.intent.asks)
-    said = mentions(kind, (c.title or "") + c.content)
+    said = mentions(kind, (c.title or "") + c.content, most=ANSWER_MAX_MENTIONS + 1)
     if 0 < said <= ANSWER_MAX_MENTIONS and not gives(kind, seed_text or ""):
         return kind.value
     return ""

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from retrieval.answers import AnswerKind, asked_kind, gives
+from retrieval.answers import AnswerKind, asked_kind, gives, mentions
 from retrieval.nlp import question_focus
 
 DATE, AMOUNT = AnswerKind.DATE, AnswerKind.AMOUNT
@@ -68,4 +68,10 @@ def test_gives(text, kind, expected):
 
 @given(st.text(max_size=300), st.sampled_from(list(AnswerKind)))
 def test_gives_takes_any_text(text, kind):
-    assert gives(kind, text) in (True, False)
+    assert gives(kind, text) is (mentions(kind, text) > 0)
+
+
+def test_mentions_counts_up_to_most_and_reads_only_the_start():
+    assert mentions(DATE, "1月1日と2月2日と3月3日") == 2
+    assert mentions(DATE, "1月1日と2月2日と3月3日", most=5) == 3
+    assert mentions(AMOUNT, "あ" * 100_000 + "500円") == 0
