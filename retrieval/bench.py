@@ -21,10 +21,11 @@ import time
 from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlparse, urlunparse
+from urllib.parse import parse_qs, urlparse, urlunparse
 
 import asyncpg
 import numpy as np
+import psutil
 
 from db import bulk
 from db.meta import GET_HARNESS_KEY, PUT_HARNESS_KEY
@@ -225,12 +226,52 @@ async def in_process(
     return {"stages": out, "rps": round(len(queries) / wall, 2)}
 
 
+def _cpu_s(proc: psutil.Process, *, reaped: bool = False) -> float:
+    """CPU seconds (user + system) of a process and its live children; with `reaped`, also of
+    the children it has already waited for (PostgreSQL's backends that came and went)."""
+    total = 0.0
+    for p in (proc, *proc.children(recursive=True)):
+        try:
+            t = p.cpu_times()
+        except psutil.Error:  # a child that exited meanwhile
+            continue
+        total += t.user + t.system
+        if reaped and p is proc:
+            total += t.children_user + t.children_system
+    return total
+
+
+def is_local(dsn: str) -> bool:
+    """Whether the DSN names a server on this machine (a socket directory or loopback)."""
+    url = urlparse(dsn)
+    host = url.hostname or parse_qs(url.query).get("host", [""])[0]
+    return host in ("", "localhost", "127.0.0.1", "::1") or host.startswith("/")
+
+
+async def server_process(dsn: str) -> psutil.Process | None:
+    """The PostgreSQL server's postmaster when it runs on this machine (embedded or local),
+    found through a backend's pid; None for a server elsewhere (nothing to measure)."""
+    if not is_local(dsn):
+        return None
+    conn = await asyncpg.connect(dsn)
+    try:  # while connected: the backend ends with the connection
+        parent = psutil.Process(await conn.fetchval("SELECT pg_backend_pid()")).parent()
+    except psutil.Error:
+        return None
+    finally:
+        await conn.close()
+    return parent if parent is not None and "postgres" in parent.name().lower() else None
+
+
 async def over_http(
     dsn: str, queries: list[str], concurrency: int, namespace: str = NAMESPACE, port: int = 8799
 ) -> dict[str, Any]:
-    """Start `retrieval serve` on the bench database and measure client-side latency."""
+    """Start `retrieval serve` on the bench database and measure client-side latency, and the
+    CPU the service and (when it runs here) PostgreSQL spend per request: what a capacity model
+    needs (cores of service and of database per request/s)."""
     import httpx
 
+    postmaster = await server_process(dsn)
     env = {**os.environ, "DATABASE_URL": dsn, "RETRIEVAL_LOG_RUNS": "false"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "retrieval.cli", "serve", "--port", str(port)],
@@ -262,13 +303,25 @@ async def over_http(
                     lat.append((time.perf_counter() - t) * 1000.0)
                     errors += r.status_code != 200
 
+            service = psutil.Process(proc.pid)
+            cpu0 = (_cpu_s(service), _cpu_s(postmaster, reaped=True) if postmaster else 0.0)
             t = time.perf_counter()
             await asyncio.gather(*(one(q) for q in queries))
             wall = time.perf_counter() - t
+            cpu1 = (_cpu_s(service), _cpu_s(postmaster, reaped=True) if postmaster else 0.0)
     finally:
         proc.terminate()
         proc.wait(timeout=20)
-    return {**_percentiles(lat), "rps": round(len(queries) / wall, 2), "errors": errors}
+    n = max(len(queries), 1)
+    return {
+        **_percentiles(lat),
+        "rps": round(len(queries) / wall, 2),
+        "errors": errors,
+        "service_cpu_ms_per_request": round((cpu1[0] - cpu0[0]) * 1000.0 / n, 2),
+        "db_cpu_ms_per_request": (
+            round((cpu1[1] - cpu0[1]) * 1000.0 / n, 2) if postmaster is not None else None
+        ),
+    }
 
 
 async def run_bench_cli(settings: Settings, args: argparse.Namespace) -> int:
@@ -324,5 +377,10 @@ async def run_bench_cli(settings: Settings, args: argparse.Namespace) -> int:
             print(
                 f"  {'http':10s} p50 {h['p50_ms']:7.2f}  p95 {h['p95_ms']:7.2f}  p99 {h['p99_ms']:7.2f} ms"
                 f"   {h['rps']} req/s, {h['errors']} errors"
+            )
+            db = h["db_cpu_ms_per_request"]
+            print(
+                f"  CPU per request: service {h['service_cpu_ms_per_request']} ms, "
+                f"PostgreSQL {'not on this machine' if db is None else f'{db} ms'}"
             )
     return 0
