@@ -1,0 +1,121 @@
+"""Recall of the vector and temporal legs' HNSW walks against exact search, on `retrieval bench`'s
+data (load it first: `retrieval bench --memories N`).
+
+For each window (none, 先週, 今月, 先月 relative to now, as the temporal leg resolves them) and
+each `ef_search`, runs the legs' own SQL (HNSW, `hnsw.iterative_scan = relaxed_order`) and the
+same query with exact distances, and prints one JSON line: how often the best match is found
+(top-1 agrees), by how much cosine the best found misses the best there is (mean, max), the
+share of the exact top 10 matched by a found row at least as close (within 0.005), latency.
+
+    RETRIEVAL_DATA_DIR=/tmp/m1 python scripts/temporal_recall.py --queries 30 --ef 40,100,200
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import time
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import asyncpg
+import numpy as np
+from pgvector.asyncpg import register_vector
+
+from db.embedded import resolve_dsn
+from retrieval.bench import NAMESPACE, QUERIES, TAILS, bench_dsn
+from retrieval.config import Settings
+from retrieval.embeddings import create_embedder
+from retrieval.sources import EXACT_VECTOR_SQL, VECTOR_SQL
+
+COUNT_SQL = """SELECT count(*) FROM memories WHERE namespace = $1
+  AND ($2::timestamptz IS NULL OR created_at >= $2) AND ($3::timestamptz IS NULL OR created_at < $3)"""
+
+
+def windows(now: datetime) -> dict[str, tuple[datetime | None, datetime | None]]:
+    """先週 (Monday to Monday), 今月 (to now), 先月, and no window."""
+    monday = (now - timedelta(days=now.weekday())).replace(
+        hour=0, minute=0, second=0, microsecond=0
+    )
+    first = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    return {
+        "none": (None, None),
+        "last_week": (monday - timedelta(days=7), monday),
+        "this_month": (first, now),
+        "last_month": ((first - timedelta(days=1)).replace(day=1), first),
+    }
+
+
+async def measure(
+    conn: asyncpg.Connection, vecs: list[np.ndarray], window: tuple[Any, Any], ef: int
+) -> dict[str, float]:
+    start, end = window
+    exact = [await conn.fetch(EXACT_VECTOR_SQL, NAMESPACE, [], [], start, end, v, 10) for v in vecs]
+    await conn.execute(f"SET hnsw.ef_search = {int(ef)}")
+    lat, top1, gap, close = [], [], [], []
+    for v, ex_rows in zip(vecs, exact, strict=True):
+        t = time.perf_counter()
+        rows = await conn.fetch(VECTOR_SQL, NAMESPACE, [], [], start, end, v, 50)
+        lat.append((time.perf_counter() - t) * 1000.0)
+        got = sorted(rows, key=lambda r: r["score"], reverse=True)
+        if not ex_rows:
+            continue
+        ex = [float(r["score"]) for r in ex_rows]
+        top1.append(bool(got) and got[0]["id"] == ex_rows[0]["id"])
+        found = [float(r["score"]) for r in got[:10]]
+        gap.append(ex[0] - (found[0] if found else 0.0))
+        close.append(sum(1 for a, b in zip(ex, found, strict=False) if b >= a - 0.005) / len(ex))
+    return {
+        "top1": round(float(np.mean(top1)), 3) if top1 else float("nan"),
+        "best_cos_gap_mean": round(float(np.mean(gap)), 4) if gap else float("nan"),
+        "best_cos_gap_max": round(float(np.max(gap)), 4) if gap else float("nan"),
+        "top10_within_0.005": round(float(np.mean(close)), 3) if close else float("nan"),
+        "p50_ms": round(float(np.percentile(lat, 50)), 1),
+        "p95_ms": round(float(np.percentile(lat, 95)), 1),
+    }
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--queries", type=int, default=30)
+    ap.add_argument("--ef", default="40,100,200", help="ef_search values, comma-separated")
+    args = ap.parse_args()
+    settings = Settings()
+    dsn = bench_dsn(resolve_dsn(settings.database_url, settings.data_dir))
+    embedder = create_embedder(settings)
+    rng = random.Random(3)
+    texts = [f"{rng.choice(QUERIES)}{rng.choice(TAILS)}" for _ in range(args.queries)]
+    vecs = [embedder.embed_query(t) for t in texts]
+    conn = await asyncpg.connect(dsn)
+    try:
+        await register_vector(conn)
+        await conn.execute("SET hnsw.iterative_scan = relaxed_order")
+        for name, window in windows(datetime.now(ZoneInfo(settings.timezone))).items():
+            rows = await conn.fetchval(COUNT_SQL, NAMESPACE, *window)
+            t = time.perf_counter()
+            for v in vecs:
+                await conn.fetch(EXACT_VECTOR_SQL, NAMESPACE, [], [], *window, v, 10)
+            exact_ms = (time.perf_counter() - t) * 1000.0 / max(len(vecs), 1)
+            for ef in (int(x) for x in args.ef.split(",")):
+                got = await measure(conn, vecs, window, ef)
+                print(
+                    json.dumps(
+                        {
+                            "window": name,
+                            "rows": rows,
+                            "ef_search": ef,
+                            **got,
+                            "exact_ms": round(exact_ms, 1),
+                        }  # fmt: skip
+                    ),
+                    flush=True,
+                )
+    finally:
+        await conn.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
