@@ -491,16 +491,18 @@ def _best(cands: list[Candidate], k: int) -> list[Candidate]:
 ANSWER_MAX_MENTIONS = 1
 
 
-def _gives_answer(ctx: SearchContext, c: Candidate, seed_text: str | None) -> str:
-    """The kind of answer asked for ("date", "amount") when the memory states one and its seed
-    states none, else "": the hop reaches the answer, the seed only names the way there."""
-    if ctx.intent.asks is None:
-        return ""
-    kind = AnswerKind(ctx.intent.asks)
-    said = mentions(kind, (c.title or "") + c.content, most=ANSWER_MAX_MENTIONS + 1)
-    if 0 < said <= ANSWER_MAX_MENTIONS and not gives(kind, seed_text or ""):
-        return kind.value
-    return ""
+def _answering(ctx: SearchContext, c: Candidate, seed_text: str | None, via: str) -> str:
+    """Mark the candidate as answering when it states the kind of answer asked for ("date",
+    "amount") and its seed states none — the hop reaches the answer, the seed only names the
+    way there — and return its `via` saying so."""
+    c.answers = False
+    if ctx.intent.asks is not None:
+        kind = AnswerKind(ctx.intent.asks)
+        said = mentions(kind, (c.title or "") + c.content, most=ANSWER_MAX_MENTIONS + 1)
+        c.answers = 0 < said <= ANSWER_MAX_MENTIONS and not gives(kind, seed_text or "")
+        if c.answers:
+            via += f", gives the asked {kind.value}"
+    return via
 
 
 async def links(ctx: SearchContext) -> list[Candidate]:
@@ -522,10 +524,7 @@ async def links(ctx: SearchContext) -> list[Candidate]:
         answers = r["label"] == "reply_to" and r["dir"] == "from" and r["seed_asks"]
         weight = ANSWER_WEIGHT if answers else LINK_WEIGHTS.get(r["label"], 0.5)
         via = f"linked {r['label']} {'from' if r['dir'] == 'to' else 'to'} {r['seed']}"
-        if kind := _gives_answer(ctx, c, r["seed_text"]):
-            c.answers = True
-            via += f", gives the asked {kind}"
-        out.append(_chain(r, c, weight, via))
+        out.append(_chain(r, c, weight, _answering(ctx, c, r["seed_text"], via)))
     return _best(out, ctx.k)
 
 
@@ -553,19 +552,16 @@ async def entity(ctx: SearchContext) -> list[Candidate]:
     q_idf = sum(_query_terms(ctx)[1])
     out = []
     for r, c in zip(rows, _rows(rows, Source.ENTITY, score_key="seed_score"), strict=True):
-        # The memory gives the date or the sum asked for and the seed does not: it answers,
-        # however it words what it gives (提出期限 for 締め切り adds no query word).
-        kind = _gives_answer(ctx, c, r["seed_text"])
-        if not kind and _added(r, q_idf) < MIN_ENTITY_ADDED:
-            continue
         # The memory holds what the question asks about (its 締め切り) and the seed does not.
         c.answers_focus = bool(r["has_focus"]) and not r["seed_has_focus"]
-        c.answers = bool(kind)
         via = f"shares 「{r['entity']}」 with {r['seed']}"
         if c.answers_focus:
             via += f", holds the asked 「{ctx.intent.focus}」"
-        if kind:
-            via += f", gives the asked {kind}"
+        via = _answering(ctx, c, r["seed_text"], via)
+        # A memory that gives the date or the sum asked for (and the seed does not) answers,
+        # however it words what it gives: 提出期限 for 締め切り adds no query word.
+        if not c.answers and _added(r, q_idf) < MIN_ENTITY_ADDED:
+            continue
         out.append(_chain(r, c, FOCUS_BOOST if c.answers_focus else 1.0, via))
     return _best(out, ctx.k)
 
@@ -583,13 +579,10 @@ async def thread(ctx: SearchContext) -> list[Candidate]:
             *_query_terms(ctx),
             timeout=ctx.timeout_s,
         )
-    out = []
-    for r, c in zip(rows, _rows(rows, Source.THREAD, score_key="seed_score"), strict=True):
-        via = f"same thread as {r['seed']}"
-        if kind := _gives_answer(ctx, c, r["seed_text"]):
-            c.answers = True
-            via += f", gives the asked {kind}"
-        out.append(_chain(r, c, 1.0, via))
+    out = [
+        _chain(r, c, 1.0, _answering(ctx, c, r["seed_text"], f"same thread as {r['seed']}"))
+        for r, c in zip(rows, _rows(rows, Source.THREAD, score_key="seed_score"), strict=True)
+    ]
     return _best(out, ctx.k)
 
 
