@@ -491,40 +491,50 @@ def _best(cands: list[Candidate], k: int) -> list[Candidate]:
 ANSWER_MAX_MENTIONS = 1
 
 
-def _answering(ctx: SearchContext, c: Candidate, seed_text: str | None, via: str) -> str:
+def _answering(
+    ctx: SearchContext, c: Candidate, r: asyncpg.Record, via: str, seeds: dict[str, bool]
+) -> str:
     """Mark the candidate as answering when it states the kind of answer asked for ("date",
-    "amount") and its seed states none — the hop reaches the answer, the seed only names the
-    way there — and return its `via` saying so."""
+    "amount") and its seed (`r`'s) states none — the hop reaches the answer, the seed only names
+    the way there — and return its `via` saying so. `seeds` keeps, per seed, whether it states
+    one: a seed leads to many rows of a source."""
     c.answers = False
     if ctx.intent.asks is not None:
         kind = AnswerKind(ctx.intent.asks)
         said = mentions(kind, (c.title or "") + c.content, most=ANSWER_MAX_MENTIONS + 1)
-        c.answers = 0 < said <= ANSWER_MAX_MENTIONS and not gives(kind, seed_text or "")
+        if 0 < said <= ANSWER_MAX_MENTIONS:
+            if r["seed"] not in seeds:
+                seeds[r["seed"]] = gives(kind, r["seed_text"] or "")
+            c.answers = not seeds[r["seed"]]
         if c.answers:
             via += f", gives the asked {kind.value}"
     return via
 
 
-async def links(ctx: SearchContext) -> list[Candidate]:
-    """Memories one link from a seed: replies, the question replied to, related topics."""
+async def _hop_rows(
+    ctx: SearchContext, sql: str, source: Source
+) -> list[tuple[asyncpg.Record, Candidate]]:
+    """The rows a hop query (links, thread: filters, seeds, limit, query terms) returns, each
+    with its candidate scored by its seed."""
     ext, scores = _seed_args(ctx)
     async with leg_connection(ctx) as conn:
         rows = await conn.fetch(
-            LINKS_SQL,
-            *ctx.where_args(),
-            ext,
-            scores,
-            4 * ctx.k,
-            *_query_terms(ctx),
+            sql, *ctx.where_args(), ext, scores, 4 * ctx.k, *_query_terms(ctx),
             timeout=ctx.timeout_s,
-        )
-    out = []
-    for r, c in zip(rows, _rows(rows, Source.LINKS, score_key="seed_score"), strict=True):
+        )  # fmt: skip
+    return list(zip(rows, _rows(rows, source, score_key="seed_score"), strict=True))
+
+
+async def links(ctx: SearchContext) -> list[Candidate]:
+    """Memories one link from a seed: replies, the question replied to, related topics."""
+    out: list[Candidate] = []
+    seeds: dict[str, bool] = {}
+    for r, c in await _hop_rows(ctx, LINKS_SQL, Source.LINKS):
         # A reply to a question is its answer: it passes on more than the question's own score.
         answers = r["label"] == "reply_to" and r["dir"] == "from" and r["seed_asks"]
         weight = ANSWER_WEIGHT if answers else LINK_WEIGHTS.get(r["label"], 0.5)
         via = f"linked {r['label']} {'from' if r['dir'] == 'to' else 'to'} {r['seed']}"
-        out.append(_chain(r, c, weight, _answering(ctx, c, r["seed_text"], via)))
+        out.append(_chain(r, c, weight, _answering(ctx, c, r, via, seeds)))
     return _best(out, ctx.k)
 
 
@@ -550,14 +560,15 @@ async def entity(ctx: SearchContext) -> list[Candidate]:
     # query (the deadline of the project the meeting named); a memory that adds little of it
     # is a neighbour, not an answer.
     q_idf = sum(_query_terms(ctx)[1])
-    out = []
+    out: list[Candidate] = []
+    seeds: dict[str, bool] = {}
     for r, c in zip(rows, _rows(rows, Source.ENTITY, score_key="seed_score"), strict=True):
         # The memory holds what the question asks about (its 締め切り) and the seed does not.
         c.answers_focus = bool(r["has_focus"]) and not r["seed_has_focus"]
         via = f"shares 「{r['entity']}」 with {r['seed']}"
         if c.answers_focus:
             via += f", holds the asked 「{ctx.intent.focus}」"
-        via = _answering(ctx, c, r["seed_text"], via)
+        via = _answering(ctx, c, r, via, seeds)
         # A memory that gives the date or the sum asked for (and the seed does not) answers,
         # however it words what it gives: 提出期限 for 締め切り adds no query word.
         if not c.answers and _added(r, q_idf) < MIN_ENTITY_ADDED:
@@ -568,20 +579,10 @@ async def entity(ctx: SearchContext) -> list[Candidate]:
 
 async def thread(ctx: SearchContext) -> list[Candidate]:
     """Memories of a seed's thread."""
-    ext, scores = _seed_args(ctx)
-    async with leg_connection(ctx) as conn:
-        rows = await conn.fetch(
-            THREAD_SQL,
-            *ctx.where_args(),
-            ext,
-            scores,
-            4 * ctx.k,
-            *_query_terms(ctx),
-            timeout=ctx.timeout_s,
-        )
+    seeds: dict[str, bool] = {}
     out = [
-        _chain(r, c, 1.0, _answering(ctx, c, r["seed_text"], f"same thread as {r['seed']}"))
-        for r, c in zip(rows, _rows(rows, Source.THREAD, score_key="seed_score"), strict=True)
+        _chain(r, c, 1.0, _answering(ctx, c, r, f"same thread as {r['seed']}", seeds))
+        for r, c in await _hop_rows(ctx, THREAD_SQL, Source.THREAD)
     ]
     return _best(out, ctx.k)
 
