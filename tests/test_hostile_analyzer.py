@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from retrieval.models import TIME_MAX, TIME_MIN
 from retrieval.timeexpr import parse_time
+from tests.helpers import UNHOLDABLE_DATES
 
 NOW = datetime.fromisoformat("2026-11-22T12:00:00+09:00")
 
@@ -138,18 +139,7 @@ def test_analyze_never_raises_and_is_well_formed(analyzer, text, now):
     intent.to_json()  # serialisable
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "3000年前の遺跡",
-        "5000 years ago",
-        "9999-12-31の予定",
-        "0000年5月",
-        "1000000日前",
-        "99999999週間前",
-        "1899年1月の記録",
-    ],
-)
+@pytest.mark.parametrize("text", [*UNHOLDABLE_DATES, "1899年1月の記録"])
 def test_dates_past_what_can_be_held_are_dropped_not_raised(analyzer, text):
     """These crashed the analyzer (`year -974 is out of range` in `_ago`): a 500 for an
     ordinary question. Now the date is dropped and the words stay keywords."""
