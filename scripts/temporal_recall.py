@@ -78,10 +78,26 @@ async def measure(
     }
 
 
+def _positive(text: str) -> int:
+    if not text.strip().isdigit() or not 0 < int(text) <= 10_000:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to 10000")
+    return int(text)
+
+
+def _ef_list(text: str) -> list[int]:
+    """`ef_search` values, comma-separated, each from 1 to 1000 (what pgvector accepts)."""
+    values = [_positive(x) for x in text.split(",")]
+    if any(v > 1000 for v in values):
+        raise argparse.ArgumentTypeError("ef_search must be at most 1000")
+    return values
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--queries", type=int, default=30)
-    ap.add_argument("--ef", default="40,100,200", help="ef_search values, comma-separated")
+    ap.add_argument("--queries", type=_positive, default=30)
+    ap.add_argument(
+        "--ef", type=_ef_list, default=[40, 100, 200], help="ef_search values, comma-separated"
+    )
     args = ap.parse_args()
     settings = Settings()
     dsn = bench_dsn(resolve_dsn(settings.database_url, settings.data_dir))
@@ -89,7 +105,13 @@ async def main() -> None:
     rng = random.Random(3)
     texts = [f"{rng.choice(QUERIES)}{rng.choice(TAILS)}" for _ in range(args.queries)]
     vecs = [embedder.embed_query(t) for t in texts]
-    conn = await asyncpg.connect(dsn)
+    try:
+        conn = await asyncpg.connect(dsn)
+    except asyncpg.InvalidCatalogNameError:
+        raise SystemExit(
+            "no bench database here: run `retrieval bench --memories N` with this "
+            "RETRIEVAL_DATA_DIR (or DATABASE_URL) first"
+        ) from None
     try:
         await register_vector(conn)
         await conn.execute("SET hnsw.iterative_scan = relaxed_order")
@@ -99,7 +121,7 @@ async def main() -> None:
             for v in vecs:
                 await conn.fetch(EXACT_VECTOR_SQL, NAMESPACE, [], [], *window, v, 10)
             exact_ms = (time.perf_counter() - t) * 1000.0 / max(len(vecs), 1)
-            for ef in (int(x) for x in args.ef.split(",")):
+            for ef in args.ef:
                 got = await measure(conn, vecs, window, ef)
                 print(
                     json.dumps(
