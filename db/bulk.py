@@ -1,7 +1,7 @@
 """Bulk import at database speed: stage rows with COPY (each chunk committed, so an interrupted
 import resumes), then publish the whole import in one transaction with the same upsert as the
-API's writes. Where the import is at least as large as the table, the three indexes that are
-cheaper to build once than to grow row by row (HNSW, trigram, postings impact) are dropped and
+API's writes. Where the import is at least as large as the table, the indexes that are
+cheaper to build once than to grow row by row (the HNSW graphs, trigram, postings impact) are dropped and
 rebuilt inside that transaction, from their own definitions in the catalog."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ DEFERRED_INDEXES = (
     "idx_memories_embedding_hnsw",
     "idx_memories_content_trgm",
     "idx_postings_term_impact",
+    "idx_memory_vectors_hnsw",
 )
 
 # A staged import not published within this many days is dropped by the next import.
@@ -47,6 +48,15 @@ _TABLE_ROWS = "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = '
 _INDEX_DEFS = """
 SELECT indexname, indexdef FROM pg_indexes
 WHERE schemaname = current_schema() AND indexname = ANY($1::text[]) ORDER BY indexname"""
+
+# Makes the weekly vector partitions (migration 0009) of an import's rows, one instant per
+# week of the store's week timezone (a row without created_at gets now()).
+_ENSURE_STAGED_WEEKS = """
+SELECT memory_vectors_ensure(array_append(array(
+    SELECT DISTINCT date_trunc('week', u.created_at AT TIME ZONE t.value) AT TIME ZONE t.value
+    FROM import_rows u, store_meta t
+    WHERE u.import_id = $1 AND u.created_at IS NOT NULL AND t.key = 'vector_week_timezone'),
+  now()))"""
 
 # The staged rows of import $2 as the upsert's source.
 _STAGED = "(SELECT * FROM import_rows AS u WHERE u.import_id = $2 AND (u.created_at IS NOT NULL) = {given}) AS u"
@@ -151,6 +161,10 @@ async def publish(
     timeout_s: float | None = None,
 ) -> Published:
     """Move a staged import into `memories` (entities and links with it) in one transaction."""
+    # Before, in a transaction of its own: the publish may run for minutes, and making a week
+    # holds the default partition's lock until commit.
+    async with conn.transaction():
+        await conn.execute(_ENSURE_STAGED_WEEKS, import_id, timeout=timeout_s)
     async with conn.transaction():
         await conn.execute(LOCK_NAMESPACE, namespace, timeout=timeout_s)
         staged = int(await conn.fetchval(_COUNT_STAGED, import_id))
@@ -175,11 +189,14 @@ async def publish(
             await conn.execute(f"SET LOCAL maintenance_work_mem = '{maintenance_mem(total)}'")
             await conn.execute("SET LOCAL max_parallel_maintenance_workers = 1")
             for d in defs:
-                await conn.execute(d["indexdef"], timeout=timeout_s)
+                # A partitioned table's index reads "ON ONLY" in the catalog: built that way it
+                # would cover no partition.
+                ddl = d["indexdef"].replace(" ON ONLY ", " ON ", 1)
+                await conn.execute(ddl, timeout=timeout_s)
                 logger.info("publish: %s built by %.1f s", d["indexname"], time.perf_counter() - t0)
         await conn.execute(_FORGET, import_id)
     if defs or staged > 10_000:
         # Statistics for the planner, and the visibility map the postings' index-only scans
         # need (autovacuum would get there, minutes later).
-        await conn.execute("VACUUM (ANALYZE) memories, postings", timeout=timeout_s)
+        await conn.execute("VACUUM (ANALYZE) memories, postings, memory_vectors", timeout=timeout_s)
     return Published(inserted, written - inserted, tuple(d["indexname"] for d in defs))

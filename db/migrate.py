@@ -60,10 +60,22 @@ def load_migrations(folder: Path | None = None) -> list[Migration]:
     return found
 
 
+def _zone_literal(timezone: str) -> str:
+    """An IANA zone name as an SQL literal (the names hold letters, digits, _ + - / only)."""
+    if not re.fullmatch(r"[A-Za-z0-9_+/-]{1,64}", timezone):
+        raise ValueError(f"not a time zone name: {timezone!r}")
+    return f"'{timezone}'"
+
+
 async def migrate(
-    conn: asyncpg.Connection, *, embedding_dim: int, folder: Path | None = None
+    conn: asyncpg.Connection,
+    *,
+    embedding_dim: int,
+    timezone: str = "Asia/Tokyo",
+    folder: Path | None = None,
 ) -> list[int]:
-    """Apply pending migrations; return the versions applied now. Safe to run concurrently."""
+    """Apply pending migrations; return the versions applied now. Safe to run concurrently.
+    `timezone` is where weeks start for the time partitions (0009), when that one is applied."""
     applied_now: list[int] = []
     await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
     try:
@@ -72,7 +84,9 @@ async def migrate(
         for mig in load_migrations(folder):
             if mig.version in done:
                 continue
-            sql = mig.sql.replace("{{embedding_dim}}", str(int(embedding_dim)))
+            sql = mig.sql.replace("{{embedding_dim}}", str(int(embedding_dim))).replace(
+                "{{timezone}}", _zone_literal(timezone)
+            )
             async with conn.transaction():
                 await conn.execute(sql)
                 await conn.execute(

@@ -54,6 +54,12 @@ SELECT external_id, title, content, search_tokens, embedding,
            AS entity_weights
 FROM memories WHERE namespace = $1 AND external_id = ANY($2::text[])"""
 
+# Makes the weekly vector partitions (migration 0009) of these instants and of now (a row
+# without created_at gets now()), in a short transaction of its own before the write: making one
+# holds the default partition's lock until commit. Waits at most a few seconds for that lock.
+ENSURE_WEEKS = "SELECT memory_vectors_ensure(array_append($1::timestamptz[], now()))"
+WEEKS_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '3s'"
+
 # Serialises the writers of one namespace for the rest of the transaction. The statistics
 # triggers lock term_df rows in term order within one trigger, but an upsert fires two
 # triggers (insert, then update) whose lock sets are not in one order between them.
@@ -206,18 +212,36 @@ async def upsert(
     loses a deadlock; returns how many rows were inserted (the rest were updated)."""
     if not rows:
         return 0
-    for attempt in range(WRITE_ATTEMPTS):
-        try:
-            async with pool.acquire(timeout=timeout_s) as conn, conn.transaction():
-                return await _upsert_once(conn, namespace, rows, timeout_s)
-        except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as exc:
-            if attempt == WRITE_ATTEMPTS - 1:
-                raise WriteConflict(
-                    f"write lost {WRITE_ATTEMPTS} deadlocks in a row: {exc}"
-                ) from exc
-            logger.warning("write into %r lost a deadlock; retrying (%d)", namespace, attempt + 1)
-            await asyncio.sleep(0.05 * 2**attempt)
+    async with pool.acquire(timeout=timeout_s) as conn:
+        await ensure_weeks(conn, [r.created_at for r in rows if r.created_at], timeout_s)
+        for attempt in range(WRITE_ATTEMPTS):
+            try:
+                async with conn.transaction():
+                    return await _upsert_once(conn, namespace, rows, timeout_s)
+            except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as exc:
+                if attempt == WRITE_ATTEMPTS - 1:
+                    raise WriteConflict(
+                        f"write lost {WRITE_ATTEMPTS} deadlocks in a row: {exc}"
+                    ) from exc
+                logger.warning(
+                    "write into %r lost a deadlock; retrying (%d)", namespace, attempt + 1
+                )
+                await asyncio.sleep(0.05 * 2**attempt)
     raise AssertionError("unreachable")
+
+
+async def ensure_weeks(conn: Any, stamps: list[datetime], timeout_s: float | None) -> int:
+    """Make the weekly vector partitions for these instants (and now) in a transaction of its
+    own; returns how many were made. A write never waits long for it: when another transaction
+    holds the partitions' lock, rows of a new week land in the default partition (still
+    searched) and move into their week when the next write of that week makes it."""
+    try:
+        async with conn.transaction():
+            await conn.execute(WEEKS_LOCK_TIMEOUT)
+            return int(await conn.fetchval(ENSURE_WEEKS, stamps, timeout=timeout_s))
+    except asyncpg.LockNotAvailableError:
+        logger.warning("vector partitions busy; rows of a new week wait in the default partition")
+        return 0
 
 
 async def _upsert_once(

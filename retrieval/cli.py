@@ -191,7 +191,7 @@ async def _cmd_migrate(settings: Settings) -> int:
     from retrieval.runtime import migrate_database
 
     dsn = await asyncio.to_thread(resolve_dsn, settings.database_url, settings.data_dir)
-    applied = await migrate_database(dsn, settings.embedding_dim)
+    applied = await migrate_database(dsn, settings.embedding_dim, settings.timezone)
     print(
         f"applied {len(applied)} migration(s)"
         + (f": {applied}" if applied else "; database is up to date")

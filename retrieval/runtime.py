@@ -42,11 +42,11 @@ class Runtime:
         await self.pool.close()
 
 
-async def migrate_database(dsn: str, embedding_dim: int) -> list[int]:
+async def migrate_database(dsn: str, embedding_dim: int, timezone: str = "Asia/Tokyo") -> list[int]:
     """Apply pending migrations on a dedicated connection."""
     conn = await asyncpg.connect(dsn)
     try:
-        return await migrations.migrate(conn, embedding_dim=embedding_dim)
+        return await migrations.migrate(conn, embedding_dim=embedding_dim, timezone=timezone)
     finally:
         await conn.close()
 
@@ -69,7 +69,7 @@ async def open_runtime(
 ) -> Runtime:
     """Start (or reach) PostgreSQL, migrate, load models, and refuse a foreign embedding model."""
     dsn = await asyncio.to_thread(resolve_dsn, settings.database_url, settings.data_dir)
-    await migrate_database(dsn, settings.embedding_dim)
+    await migrate_database(dsn, settings.embedding_dim, settings.timezone)
     if nlp is None:
         nlp = await asyncio.to_thread(
             JapaneseNLP, settings.spacy_model, ner=settings.ner == "spacy"

@@ -46,6 +46,26 @@ VECTOR_SQL = _knn_sql("m.embedding <=> $6")
 # `+ 0` keeps the planner off the index (it serves only a bare `embedding <=> constant` order).
 EXACT_VECTOR_SQL = _knn_sql("(m.embedding <=> $6) + 0")
 
+# The same inside a time window, over the weekly partitions of memory_vectors (migration 0009):
+# the window prunes the weeks outside it, each week in it is walked over its own HNSW graph
+# (its rows mostly in the window, so the walk keeps what it visits), and the merged nearest
+# are joined back to memories, which checks every filter again. An open end is ±infinity, so
+# the bounds stay plain comparisons the executor prunes by.
+WINDOW_VECTOR_SQL = f"""
+SELECT {_COLS}, 1 - v.dist AS score
+FROM (
+  SELECT v.memory_id, v.embedding <=> $6 AS dist FROM memory_vectors v
+  WHERE v.namespace = $1
+    AND v.created_at >= coalesce($4::timestamptz, '-infinity')
+    AND v.created_at < coalesce($5::timestamptz, 'infinity')
+    AND (v.expires_at IS NULL OR v.expires_at > now())
+    AND (cardinality($2::text[]) = 0 OR v.memory_type = ANY($2::text[]))
+    AND (cardinality($3::text[]) = 0 OR v.source_type = ANY($3::text[]))
+  ORDER BY v.embedding <=> $6 LIMIT $7) AS v
+JOIN memories m ON m.id = v.memory_id
+WHERE {_WHERE}
+ORDER BY v.dist LIMIT $7"""
+
 # Returns how many memories of a namespace lie in [$2, $3), counting at most $4 of them
 # (an index-only scan of (namespace, created_at)).
 WINDOW_COUNT_SQL = """
@@ -212,7 +232,7 @@ async def _knn(ctx: SearchContext, source: Source, window: TimeRange | None) -> 
     args = ctx.where_args(window)
     async with leg_connection(ctx) as conn:
         sql = VECTOR_SQL
-        if window is not None:
+        if args[3] is not None or args[4] is not None:
             n = await conn.fetchval(
                 WINDOW_COUNT_SQL,
                 args[0],
@@ -221,8 +241,7 @@ async def _knn(ctx: SearchContext, source: Source, window: TimeRange | None) -> 
                 EXACT_WINDOW_MAX + 1,
                 timeout=ctx.timeout_s,
             )
-            if n <= EXACT_WINDOW_MAX:
-                sql = EXACT_VECTOR_SQL
+            sql = EXACT_VECTOR_SQL if n <= EXACT_WINDOW_MAX else WINDOW_VECTOR_SQL
             ctx.debug[f"{source.value}_exact"] = sql is EXACT_VECTOR_SQL
         for vec in ctx.vectors:
             rows = await conn.fetch(sql, *args, vec, ctx.k, timeout=ctx.timeout_s)

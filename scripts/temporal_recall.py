@@ -1,9 +1,11 @@
 """Recall of the vector and temporal legs' HNSW walks against exact search, on `retrieval bench`'s
 data (load it first: `retrieval bench --memories N`).
 
-For each window (none, 先週, 今月, 先月 relative to now, as the temporal leg resolves them) and
-each `ef_search`, runs the legs' own SQL (HNSW, `hnsw.iterative_scan = relaxed_order`) and the
-same query with exact distances, and prints one JSON line: how often the best match is found
+For each window (none, 先週, 今月, 先月 relative to now, as the temporal leg resolves them), each
+path (a window over its weekly partitions' graphs, `week_graphs`, as the temporal leg runs it;
+the filtered walk of the whole store's graph, `store_graph`, as it ran before migration 0009)
+and each `ef_search`, runs the legs' own SQL (HNSW, `hnsw.iterative_scan = relaxed_order`) and
+the same query with exact distances, and prints one JSON line: how often the best match is found
 (top-1 agrees), by how much cosine the best found misses the best there is (mean, max), the
 share of the exact top 10 matched by a found row at least as close (within 0.005), latency.
 
@@ -29,7 +31,7 @@ from db.embedded import resolve_dsn
 from retrieval.bench import NAMESPACE, QUERIES, TAILS, bench_dsn
 from retrieval.config import Settings
 from retrieval.embeddings import create_embedder
-from retrieval.sources import EXACT_VECTOR_SQL, VECTOR_SQL
+from retrieval.sources import EXACT_VECTOR_SQL, VECTOR_SQL, WINDOW_VECTOR_SQL
 
 COUNT_SQL = """SELECT count(*) FROM memories WHERE namespace = $1
   AND ($2::timestamptz IS NULL OR created_at >= $2) AND ($3::timestamptz IS NULL OR created_at < $3)"""
@@ -50,15 +52,19 @@ def windows(now: datetime) -> dict[str, tuple[datetime | None, datetime | None]]
 
 
 async def measure(
-    conn: asyncpg.Connection, vecs: list[np.ndarray], window: tuple[Any, Any], ef: int
+    conn: asyncpg.Connection,
+    vecs: list[np.ndarray],
+    window: tuple[Any, Any],
+    ef: int,
+    sql: str,
+    exact: list[list[asyncpg.Record]],
 ) -> dict[str, float]:
     start, end = window
-    exact = [await conn.fetch(EXACT_VECTOR_SQL, NAMESPACE, [], [], start, end, v, 10) for v in vecs]
     await conn.execute(f"SET hnsw.ef_search = {int(ef)}")
     lat, top1, gap, close = [], [], [], []
     for v, ex_rows in zip(vecs, exact, strict=True):
         t = time.perf_counter()
-        rows = await conn.fetch(VECTOR_SQL, NAMESPACE, [], [], start, end, v, 50)
+        rows = await conn.fetch(sql, NAMESPACE, [], [], start, end, v, 50)
         lat.append((time.perf_counter() - t) * 1000.0)
         got = sorted(rows, key=lambda r: r["score"], reverse=True)
         if not ex_rows:
@@ -118,23 +124,31 @@ async def main() -> None:
         for name, window in windows(datetime.now(ZoneInfo(settings.timezone))).items():
             rows = await conn.fetchval(COUNT_SQL, NAMESPACE, *window)
             t = time.perf_counter()
-            for v in vecs:
-                await conn.fetch(EXACT_VECTOR_SQL, NAMESPACE, [], [], *window, v, 10)
+            exact = [
+                await conn.fetch(EXACT_VECTOR_SQL, NAMESPACE, [], [], *window, v, 10) for v in vecs
+            ]
             exact_ms = (time.perf_counter() - t) * 1000.0 / max(len(vecs), 1)
-            for ef in args.ef:
-                got = await measure(conn, vecs, window, ef)
-                print(
-                    json.dumps(
-                        {
-                            "window": name,
-                            "rows": rows,
-                            "ef_search": ef,
-                            **got,
-                            "exact_ms": round(exact_ms, 1),
-                        }  # fmt: skip
-                    ),
-                    flush=True,
-                )
+            # The window's weeks (what the temporal leg runs past EXACT_WINDOW_MAX rows), and
+            # the filtered walk of the whole store's graph it ran before migration 0009.
+            paths = {"store_graph": VECTOR_SQL}
+            if window != (None, None):
+                paths = {"week_graphs": WINDOW_VECTOR_SQL, **paths}
+            for path, sql in paths.items():
+                for ef in args.ef:
+                    got = await measure(conn, vecs, window, ef, sql, exact)
+                    print(
+                        json.dumps(
+                            {
+                                "window": name,
+                                "rows": rows,
+                                "path": path,
+                                "ef_search": ef,
+                                **got,
+                                "exact_ms": round(exact_ms, 1),
+                            }  # fmt: skip
+                        ),
+                        flush=True,
+                    )
     finally:
         await conn.close()
 

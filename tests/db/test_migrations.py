@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from zoneinfo import ZoneInfo
 
 import asyncpg
 import pytest
@@ -116,3 +117,79 @@ async def test_embedding_model_mismatch_is_refused(rt):
         await check_embedding_model(conn, rt.embedder.name, rt.embedder.dim)
         with pytest.raises(EmbeddingModelMismatch, match="multilingual-e5-small"):
             await check_embedding_model(conn, "text-embedding-3-small", 1536)
+
+
+async def test_upgrade_to_time_partitions_copies_live_memories(rt, tmp_path):
+    """A store of migration 0008 gets its live memories' vectors copied into weekly partitions
+    (0009), each week with its HNSW graph; archived and hidden memories are not copied, and a
+    date outside the horizon goes to the default partition."""
+    import shutil
+    from datetime import UTC, datetime, timedelta
+
+    db = f"upgrade9_{os.getpid()}"
+    admin = await asyncpg.connect(rt.dsn)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{db}"')  # a constant, not user input
+        await admin.execute(f'CREATE DATABASE "{db}"')
+        old = tmp_path / "old"
+        old.mkdir()
+        for m in migrations.load_migrations():
+            if m.version < 9:
+                shutil.copy(migrations.migrations_dir() / f"{m.version:04d}_{m.name}.sql", old)
+        conn = await asyncpg.connect(rt.dsn, database=db)
+        try:
+            assert await migrations.migrate(conn, embedding_dim=3, folder=old) == list(range(1, 9))
+            now = datetime.now(UTC)
+            rows = [
+                ("live", now - timedelta(days=3), False, True),
+                ("older", now - timedelta(days=40), False, True),
+                ("ancient", datetime(1901, 1, 1, tzinfo=UTC), False, True),
+                ("archived", now - timedelta(days=3), True, True),
+                ("hidden", now - timedelta(days=3), False, False),
+            ]
+            for ext, at, archived, searchable in rows:
+                await conn.execute(
+                    "INSERT INTO memories (external_id, namespace, content, embedding, "
+                    "search_tokens, token_count, created_at, is_archived, searchable) "
+                    "VALUES ($1, 'ns', 'x', '[1,0,0]', 'x', 1, $2, $3, $4)",
+                    ext,
+                    at,
+                    archived,
+                    searchable,
+                )
+            assert await migrations.migrate(conn, embedding_dim=3, timezone="Asia/Tokyo") == [9]
+            got = await conn.fetch(
+                "SELECT m.external_id, v.tableoid::regclass::text AS part, w.lo, w.hi, "
+                "v.created_at FROM memory_vectors v JOIN memories m ON m.id = v.memory_id "
+                "LEFT JOIN memory_vector_weeks w ON w.relname = v.tableoid::regclass::text "
+                "ORDER BY 1"
+            )
+            assert [r["external_id"] for r in got] == ["ancient", "live", "older"]
+            for r in got:
+                if r["external_id"] == "ancient":
+                    assert r["part"] == "memory_vectors_other"
+                else:
+                    assert r["lo"] <= r["created_at"] < r["hi"]
+                    # A week is Monday 00:00 to Monday 00:00 in Tokyo.
+                    local = r["lo"].astimezone(ZoneInfo("Asia/Tokyo"))
+                    assert (local.weekday(), local.hour, local.minute) == (0, 0, 0)
+            graphs = await conn.fetchval(
+                "SELECT count(*) FROM pg_indexes WHERE tablename LIKE 'memory_vectors%' "
+                "AND indexdef LIKE '%USING hnsw%'"
+            )
+            # parent + default + one per week made
+            weeks = await conn.fetchval("SELECT count(*) FROM memory_vector_weeks")
+            assert weeks == 2 and graphs == weeks + 2
+        finally:
+            await conn.close()
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{db}"')
+        await admin.close()
+
+
+def test_time_zone_names_only_reach_migrations_as_names():
+    assert migrations._zone_literal("America/Argentina/Buenos_Aires") == (
+        "'America/Argentina/Buenos_Aires'"
+    )
+    with pytest.raises(ValueError, match="not a time zone name"):
+        migrations._zone_literal("Asia/Tokyo'; DROP TABLE memories; --")
