@@ -159,10 +159,21 @@ async def test_rebuild_drops_and_rebuilds_the_deferred_indexes(rt, ns, tmp_path)
         )
         == before
     )
+    # The weeks' graphs come back on every partition (the catalog writes a partitioned
+    # table's index "ON ONLY": rebuilt as written it would cover none) and valid.
+    assert await _count(rt, _PARTITIONS_WITHOUT_GRAPH) == 0
+    assert await _count(rt, _VALID_INDEX, "idx_memory_vectors_hnsw") == 1
     resp = await rt.orchestrator.retrieve(
         "アオバの締め切り", RetrievalOptions(namespace=ns, limit=3)
     )
     assert {r.id for r in resp.results} == {"p1", "p2"} and not resp.metadata.degraded
+
+
+_PARTITIONS_WITHOUT_GRAPH = """
+SELECT count(*) FROM pg_inherits i WHERE i.inhparent = 'memory_vectors'::regclass
+AND NOT EXISTS (SELECT 1 FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+                JOIN pg_am a ON a.oid = c.relam WHERE x.indrelid = i.inhrelid AND a.amname = 'hnsw')"""
+_VALID_INDEX = "SELECT count(*) FROM pg_index WHERE indexrelid = $1::text::regclass AND indisvalid"
 
 
 async def test_worker_processes_give_the_same_terms(rt, ns, tmp_path):
