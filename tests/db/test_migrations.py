@@ -1,10 +1,14 @@
 """Migrations on the real PostgreSQL: idempotent, upgrades fill what they add, concurrent
 starts, the embedding model guard."""
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import asyncpg
@@ -30,54 +34,37 @@ async def test_migrations_are_idempotent(rt):
 
 async def test_upgrade_fills_postings_for_existing_memories(rt, tmp_path):
     """A store made before migration 0002 gets postings for the memories it already holds."""
-    import shutil
-
-    db = f"upgrade_{os.getpid()}"
-    admin = await asyncpg.connect(rt.dsn)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{db}"')  # a constant, not user input
-        await admin.execute(f'CREATE DATABASE "{db}"')
-        old = tmp_path / "old"
-        old.mkdir()
-        shutil.copy(migrations.migrations_dir() / "0001_memories.sql", old)
-        conn = await asyncpg.connect(rt.dsn, database=db)
-        try:
-            assert await migrations.migrate(conn, embedding_dim=3, folder=old) == [1]
-            await conn.execute(
-                "INSERT INTO memories (external_id, namespace, content, embedding, search_tokens, "
-                "token_count, term_tf) "
-                "VALUES ('a', 'ns', 'x', '[1,0,0]', 'ジム ジム 筋トレ', 3, '{\"ジム\": 2, \"筋トレ\": 1}')"
-            )
-            # Statistics that drifted under the old write path (a duplicate id counted twice),
-            # and an eval cache key in the service table.
-            await conn.execute("INSERT INTO term_df VALUES ('ns', 'ジム', 2), ('ns', '筋トレ', 2)")
-            await conn.execute("INSERT INTO namespace_stats VALUES ('ns', 2, 6, 'k1')")
-            assert (
-                await migrations.migrate(conn, embedding_dim=3)
-                == [m.version for m in migrations.load_migrations()][1:]
-            )
-            rows = await conn.fetch("SELECT term, tf, dl FROM postings ORDER BY term")
-            assert [(r["term"], r["tf"], r["dl"]) for r in rows] == [
-                ("ジム", 2, 3),
-                ("筋トレ", 1, 3),
-            ]
-            # 0004 recounts them from the rows and moves the harness's key to its own table.
-            assert dict(await conn.fetch("SELECT term, df FROM term_df")) == {
-                "ジム": 1,
-                "筋トレ": 1,
-            }
-            assert tuple(
-                await conn.fetchrow("SELECT doc_count, total_tokens FROM namespace_stats")
-            ) == (1, 3)
-            assert (
-                await conn.fetchval("SELECT cache_key FROM harness_indexes WHERE namespace = 'ns'")
-                == "k1"
-            )
-        finally:
-            await conn.close()
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{db}"')
-        await admin.close()
+    async with _old_store(rt, tmp_path, "upgrade", up_to=1) as conn:
+        await conn.execute(
+            "INSERT INTO memories (external_id, namespace, content, embedding, search_tokens, "
+            "token_count, term_tf) "
+            "VALUES ('a', 'ns', 'x', '[1,0,0]', 'ジム ジム 筋トレ', 3, '{\"ジム\": 2, \"筋トレ\": 1}')"
+        )
+        # Statistics that drifted under the old write path (a duplicate id counted twice),
+        # and an eval cache key in the service table.
+        await conn.execute("INSERT INTO term_df VALUES ('ns', 'ジム', 2), ('ns', '筋トレ', 2)")
+        await conn.execute("INSERT INTO namespace_stats VALUES ('ns', 2, 6, 'k1')")
+        assert (
+            await migrations.migrate(conn, embedding_dim=3)
+            == [m.version for m in migrations.load_migrations()][1:]
+        )
+        rows = await conn.fetch("SELECT term, tf, dl FROM postings ORDER BY term")
+        assert [(r["term"], r["tf"], r["dl"]) for r in rows] == [
+            ("ジム", 2, 3),
+            ("筋トレ", 1, 3),
+        ]
+        # 0004 recounts them from the rows and moves the harness's key to its own table.
+        assert dict(await conn.fetch("SELECT term, df FROM term_df")) == {
+            "ジム": 1,
+            "筋トレ": 1,
+        }
+        assert tuple(
+            await conn.fetchrow("SELECT doc_count, total_tokens FROM namespace_stats")
+        ) == (1, 3)
+        assert (
+            await conn.fetchval("SELECT cache_key FROM harness_indexes WHERE namespace = 'ns'")
+            == "k1"
+        )
 
 
 def test_concurrent_migrate_from_two_processes(tmp_path):
@@ -123,68 +110,48 @@ async def test_upgrade_to_time_partitions_copies_live_memories(rt, tmp_path):
     """A store of migration 0008 gets its live memories' vectors copied into weekly partitions
     (0009), each week with its HNSW graph; archived and hidden memories are not copied, and a
     date outside the horizon goes to the default partition."""
-    import shutil
-    from datetime import UTC, datetime, timedelta
-
-    db = f"upgrade9_{os.getpid()}"
-    admin = await asyncpg.connect(rt.dsn)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{db}"')  # a constant, not user input
-        await admin.execute(f'CREATE DATABASE "{db}"')
-        old = tmp_path / "old"
-        old.mkdir()
-        for m in migrations.load_migrations():
-            if m.version < 9:
-                shutil.copy(migrations.migrations_dir() / f"{m.version:04d}_{m.name}.sql", old)
-        conn = await asyncpg.connect(rt.dsn, database=db)
-        try:
-            assert await migrations.migrate(conn, embedding_dim=3, folder=old) == list(range(1, 9))
-            now = datetime.now(UTC)
-            rows = [
-                ("live", now - timedelta(days=3), False, True),
-                ("older", now - timedelta(days=40), False, True),
-                ("ancient", datetime(1901, 1, 1, tzinfo=UTC), False, True),
-                ("archived", now - timedelta(days=3), True, True),
-                ("hidden", now - timedelta(days=3), False, False),
-            ]
-            for ext, at, archived, searchable in rows:
-                await conn.execute(
-                    "INSERT INTO memories (external_id, namespace, content, embedding, "
-                    "search_tokens, token_count, created_at, is_archived, searchable) "
-                    "VALUES ($1, 'ns', 'x', '[1,0,0]', 'x', 1, $2, $3, $4)",
-                    ext,
-                    at,
-                    archived,
-                    searchable,
-                )
-            assert await migrations.migrate(conn, embedding_dim=3, timezone="Asia/Tokyo") == [9]
-            got = await conn.fetch(
-                "SELECT m.external_id, v.tableoid::regclass::text AS part, w.lo, w.hi, "
-                "v.created_at FROM memory_vectors v JOIN memories m ON m.id = v.memory_id "
-                "LEFT JOIN memory_vector_weeks w ON w.relname = v.tableoid::regclass::text "
-                "ORDER BY 1"
+    async with _old_store(rt, tmp_path, "upgrade9", up_to=8) as conn:
+        now = datetime.now(UTC)
+        rows = [
+            ("live", now - timedelta(days=3), False, True),
+            ("older", now - timedelta(days=40), False, True),
+            ("ancient", datetime(1901, 1, 1, tzinfo=UTC), False, True),
+            ("archived", now - timedelta(days=3), True, True),
+            ("hidden", now - timedelta(days=3), False, False),
+        ]
+        for ext, at, archived, searchable in rows:
+            await conn.execute(
+                "INSERT INTO memories (external_id, namespace, content, embedding, "
+                "search_tokens, token_count, created_at, is_archived, searchable) "
+                "VALUES ($1, 'ns', 'x', '[1,0,0]', 'x', 1, $2, $3, $4)",
+                ext,
+                at,
+                archived,
+                searchable,
             )
-            assert [r["external_id"] for r in got] == ["ancient", "live", "older"]
-            for r in got:
-                if r["external_id"] == "ancient":
-                    assert r["part"] == "memory_vectors_other"
-                else:
-                    assert r["lo"] <= r["created_at"] < r["hi"]
-                    # A week is Monday 00:00 to Monday 00:00 in Tokyo.
-                    local = r["lo"].astimezone(ZoneInfo("Asia/Tokyo"))
-                    assert (local.weekday(), local.hour, local.minute) == (0, 0, 0)
-            graphs = await conn.fetchval(
-                "SELECT count(*) FROM pg_indexes WHERE tablename LIKE 'memory_vectors%' "
-                "AND indexdef LIKE '%USING hnsw%'"
-            )
-            # parent + default + one per week made
-            weeks = await conn.fetchval("SELECT count(*) FROM memory_vector_weeks")
-            assert weeks == 2 and graphs == weeks + 2
-        finally:
-            await conn.close()
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{db}"')
-        await admin.close()
+        assert await migrations.migrate(conn, embedding_dim=3, timezone="Asia/Tokyo") == [9]
+        got = await conn.fetch(
+            "SELECT m.external_id, v.tableoid::regclass::text AS part, w.lo, w.hi, "
+            "v.created_at FROM memory_vectors v JOIN memories m ON m.id = v.memory_id "
+            "LEFT JOIN memory_vector_weeks w ON w.relname = v.tableoid::regclass::text "
+            "ORDER BY 1"
+        )
+        assert [r["external_id"] for r in got] == ["ancient", "live", "older"]
+        for r in got:
+            if r["external_id"] == "ancient":
+                assert r["part"] == "memory_vectors_other"
+            else:
+                assert r["lo"] <= r["created_at"] < r["hi"]
+                # A week is Monday 00:00 to Monday 00:00 in Tokyo.
+                local = r["lo"].astimezone(ZoneInfo("Asia/Tokyo"))
+                assert (local.weekday(), local.hour, local.minute) == (0, 0, 0)
+        graphs = await conn.fetchval(
+            "SELECT count(*) FROM pg_indexes WHERE tablename LIKE 'memory_vectors%' "
+            "AND indexdef LIKE '%USING hnsw%'"
+        )
+        # parent + default + one per week made
+        weeks = await conn.fetchval("SELECT count(*) FROM memory_vector_weeks")
+        assert weeks == 2 and graphs == weeks + 2
 
 
 def test_time_zone_names_only_reach_migrations_as_names():
@@ -193,3 +160,28 @@ def test_time_zone_names_only_reach_migrations_as_names():
     )
     with pytest.raises(ValueError, match="not a time zone name"):
         migrations._zone_literal("Asia/Tokyo'; DROP TABLE memories; --")
+
+
+@contextlib.asynccontextmanager
+async def _old_store(rt, tmp_path, name: str, *, up_to: int) -> AsyncIterator[asyncpg.Connection]:
+    """A database of its own (3-d vectors) whose schema stops at migration `up_to`."""
+    db = f"{name}_{os.getpid()}"
+    old = tmp_path / name
+    old.mkdir()
+    for m in migrations.load_migrations():
+        if m.version <= up_to:
+            shutil.copy(migrations.migrations_dir() / f"{m.version:04d}_{m.name}.sql", old)
+    admin = await asyncpg.connect(rt.dsn)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{db}"')  # a constant, not user input
+        await admin.execute(f'CREATE DATABASE "{db}"')
+        conn = await asyncpg.connect(rt.dsn, database=db)
+        try:
+            applied = await migrations.migrate(conn, embedding_dim=3, folder=old)
+            assert applied == list(range(1, up_to + 1))
+            yield conn
+        finally:
+            await conn.close()
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{db}"')
+        await admin.close()
