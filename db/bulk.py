@@ -49,14 +49,11 @@ _INDEX_DEFS = """
 SELECT indexname, indexdef FROM pg_indexes
 WHERE schemaname = current_schema() AND indexname = ANY($1::text[]) ORDER BY indexname"""
 
-# Makes the weekly vector partitions (migration 0009) of an import's rows, one instant per
-# week of the store's week timezone (a row without created_at gets now()).
+# Makes the weekly vector partitions (migration 0009) of an import's rows and of now (a row
+# without created_at gets now()).
 _ENSURE_STAGED_WEEKS = """
 SELECT memory_vectors_ensure(array_append(array(
-    SELECT DISTINCT date_trunc('week', u.created_at AT TIME ZONE t.value) AT TIME ZONE t.value
-    FROM import_rows u, store_meta t
-    WHERE u.import_id = $1 AND u.created_at IS NOT NULL AND t.key = 'vector_week_timezone'),
-  now()))"""
+    SELECT created_at FROM import_rows WHERE import_id = $1 AND created_at IS NOT NULL), now()))"""
 
 # The staged rows of import $2 as the upsert's source.
 _STAGED = "(SELECT * FROM import_rows AS u WHERE u.import_id = $2 AND (u.created_at IS NOT NULL) = {given}) AS u"
@@ -161,10 +158,9 @@ async def publish(
     timeout_s: float | None = None,
 ) -> Published:
     """Move a staged import into `memories` (entities and links with it) in one transaction."""
-    # Before, in a transaction of its own: the publish may run for minutes, and making a week
-    # holds the default partition's lock until commit.
-    async with conn.transaction():
-        await conn.execute(_ENSURE_STAGED_WEEKS, import_id, timeout=timeout_s)
+    # Before, in a statement (so a transaction) of its own: the publish may run for minutes,
+    # and making a week holds the default partition's lock until commit.
+    await conn.execute(_ENSURE_STAGED_WEEKS, import_id, timeout=timeout_s)
     async with conn.transaction():
         await conn.execute(LOCK_NAMESPACE, namespace, timeout=timeout_s)
         staged = int(await conn.fetchval(_COUNT_STAGED, import_id))

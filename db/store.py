@@ -55,10 +55,8 @@ SELECT external_id, title, content, search_tokens, embedding,
 FROM memories WHERE namespace = $1 AND external_id = ANY($2::text[])"""
 
 # Makes the weekly vector partitions (migration 0009) of these instants and of now (a row
-# without created_at gets now()), in a short transaction of its own before the write: making one
-# holds the default partition's lock until commit. Waits at most a few seconds for that lock.
+# without created_at gets now()).
 ENSURE_WEEKS = "SELECT memory_vectors_ensure(array_append($1::timestamptz[], now()))"
-WEEKS_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '3s'"
 
 # Serialises the writers of one namespace for the rest of the transaction. The statistics
 # triggers lock term_df rows in term order within one trigger, but an upsert fires two
@@ -231,17 +229,12 @@ async def upsert(
 
 
 async def ensure_weeks(conn: Any, stamps: list[datetime], timeout_s: float | None) -> int:
-    """Make the weekly vector partitions for these instants (and now) in a transaction of its
-    own; returns how many were made. A write never waits long for it: when another transaction
-    holds the partitions' lock, rows of a new week land in the default partition (still
-    searched) and move into their week when the next write of that week makes it."""
-    try:
-        async with conn.transaction():
-            await conn.execute(WEEKS_LOCK_TIMEOUT)
-            return int(await conn.fetchval(ENSURE_WEEKS, stamps, timeout=timeout_s))
-    except asyncpg.LockNotAvailableError:
-        logger.warning("vector partitions busy; rows of a new week wait in the default partition")
-        return 0
+    """Make the weekly vector partitions for these instants (and now) in a statement, so a
+    transaction, of its own: making one holds the default partition's lock until commit.
+    Returns how many were made. A write never waits long for it: the function gives up on a
+    week whose locks it cannot take within 3 s, and the rows of that week land in the default
+    partition (still searched) until a later write makes it."""
+    return int(await conn.fetchval(ENSURE_WEEKS, stamps, timeout=timeout_s))
 
 
 async def _upsert_once(

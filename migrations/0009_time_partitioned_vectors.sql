@@ -39,13 +39,16 @@ CREATE TABLE memory_vector_weeks (
 
 -- Makes sure a weekly partition exists for each of the given instants that lies within the
 -- horizon; returns how many were made. Rows of a new week that wait in the default partition
--- move into it. Writers call it in a short transaction of its own before they write (attaching
--- takes the default partition's ACCESS EXCLUSIVE lock until commit); a row whose week was not
--- ensured still lands, in the default partition, and is still found.
+-- move into it. Writers call it in a short transaction of its own before they write: attaching
+-- takes the default partition's ACCESS EXCLUSIVE lock until commit. Making a week waits at most
+-- 3 s for its locks; past that it gives up on the weeks left (a warning says so), and the rows
+-- of those weeks land in the default partition, where they are still found, until a later call
+-- makes their week. The caller's own lock_timeout is left as it was.
 CREATE FUNCTION memory_vectors_ensure(stamps timestamptz[]) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     tz   text := (SELECT value FROM store_meta WHERE key = 'vector_week_timezone');
+    wait text := current_setting('lock_timeout');
     w    timestamptz;
     nxt  timestamptz;
     rel  text;
@@ -57,22 +60,32 @@ BEGIN
         WHERE s >= now() - interval '5 years' AND s < now() + interval '1 year'
     LOOP
         CONTINUE WHEN EXISTS (SELECT 1 FROM memory_vector_weeks WHERE lo = w);
-        -- Two writers that meet the same new week: the second waits here and finds it made.
-        PERFORM pg_advisory_xact_lock(hashtext('memory_vector_weeks'));
-        CONTINUE WHEN EXISTS (SELECT 1 FROM memory_vector_weeks WHERE lo = w);
-        nxt := ((w AT TIME ZONE tz) + interval '7 days') AT TIME ZONE tz;
-        -- A week that overlaps one made under another timezone keeps its rows in the default.
-        CONTINUE WHEN EXISTS (SELECT 1 FROM memory_vector_weeks WHERE lo < nxt AND hi > w);
-        rel := 'memory_vectors_w' || to_char(w AT TIME ZONE 'UTC', 'YYYYMMDD"t"HH24MI');
-        EXECUTE format('CREATE TABLE %I (LIKE memory_vectors)', rel);
-        EXECUTE format(
-            'WITH moved AS (DELETE FROM memory_vectors_other WHERE created_at >= $1 AND created_at < $2 '
-            'RETURNING *) INSERT INTO %I SELECT * FROM moved', rel) USING w, nxt;
-        -- Bounds are instants this function computed, not client text.
-        EXECUTE format('ALTER TABLE memory_vectors ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
-                       rel, w, nxt);
-        INSERT INTO memory_vector_weeks (lo, hi, relname) VALUES (w, nxt, rel);
-        made := made + 1;
+        BEGIN
+            PERFORM set_config('lock_timeout', '3s', true);
+            -- Two writers that meet the same new week: the second waits here and finds it made.
+            PERFORM pg_advisory_xact_lock(hashtext('memory_vector_weeks'));
+            nxt := ((w AT TIME ZONE tz) + interval '7 days') AT TIME ZONE tz;
+            -- A week that overlaps one made under another timezone keeps its rows in the default.
+            IF NOT EXISTS (SELECT 1 FROM memory_vector_weeks WHERE lo < nxt AND hi > w) THEN
+                rel := 'memory_vectors_w' || to_char(w AT TIME ZONE 'UTC', 'YYYYMMDD"t"HH24MI');
+                EXECUTE format('CREATE TABLE %I (LIKE memory_vectors)', rel);
+                EXECUTE format(
+                    'WITH moved AS (DELETE FROM memory_vectors_other '
+                    'WHERE created_at >= $1 AND created_at < $2 RETURNING *) '
+                    'INSERT INTO %I SELECT * FROM moved', rel) USING w, nxt;
+                -- Bounds are instants this function computed, not client text.
+                EXECUTE format(
+                    'ALTER TABLE memory_vectors ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
+                    rel, w, nxt);
+                INSERT INTO memory_vector_weeks (lo, hi, relname) VALUES (w, nxt, rel);
+                made := made + 1;
+            END IF;
+        EXCEPTION WHEN lock_not_available THEN
+            -- This week's half-made work (and the 3 s timeout) is rolled back with the block.
+            RAISE WARNING 'vector partitions busy: the week of % waits in memory_vectors_other', w;
+            RETURN made;
+        END;
+        PERFORM set_config('lock_timeout', wait, true);
     END LOOP;
     RETURN made;
 END $$;
@@ -126,9 +139,7 @@ CREATE TRIGGER memories_vectors_delete AFTER DELETE ON memories
 -- The memories already stored: their weeks first, then the rows, then the graphs (a graph
 -- built once over its rows is several times faster than one grown row by row).
 SELECT memory_vectors_ensure(array(
-    SELECT DISTINCT date_trunc('week', m.created_at AT TIME ZONE t.value) AT TIME ZONE t.value
-    FROM memories m, store_meta t
-    WHERE t.key = 'vector_week_timezone' AND NOT m.is_archived AND m.searchable));
+    SELECT created_at FROM memories WHERE NOT is_archived AND searchable));
 INSERT INTO memory_vectors (memory_id, namespace, created_at, memory_type, source_type,
                             expires_at, embedding)
 SELECT id, namespace, created_at, memory_type, source_type, expires_at, embedding

@@ -284,6 +284,17 @@ async def test_one_new_week_is_made_once_by_concurrent_writers(rt):
             await c.close()
 
 
+async def test_making_a_week_leaves_the_callers_lock_timeout_alone(rt):
+    """The function waits at most 3 s for a week's locks, and only while it makes the week:
+    a caller's transaction keeps its own lock_timeout afterwards."""
+    async with rt.pool.acquire() as conn:
+        at = await fresh_week(conn, 2022)
+        async with conn.transaction():
+            await conn.execute("SET LOCAL lock_timeout = '7s'")
+            assert await ensure_weeks(conn, [at], None) == 1
+            assert await conn.fetchval("SHOW lock_timeout") == "7s"
+
+
 async def test_a_busy_default_partition_delays_no_write(rt, ns):
     """Making a week needs the default partition's lock; while another transaction holds it,
     a write of a new week gives up on the week after the lock timeout and goes ahead, its copy
