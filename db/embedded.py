@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
 import time
 import warnings
 from pathlib import Path
@@ -14,8 +15,71 @@ logger = logging.getLogger(__name__)
 _servers: dict[Path, object] = {}
 
 
-def embedded_dsn(data_dir: Path) -> str:
-    """Start (or reuse) the embedded server in data_dir and return its DSN."""
+AUTO = "auto"
+MIN_SHARED_BUFFERS_MB = 128
+MAX_SHARED_BUFFERS_MB = 8192
+
+
+def memory_settings(total_bytes: int, shared_buffers: str = AUTO) -> dict[str, str]:
+    """The embedded server's memory settings on a machine with `total_bytes` of RAM.
+
+    PostgreSQL's own default, 128 MB of shared buffers, is sized for a machine it shares with
+    anything. A store of a million memories has ~4 GB of HNSW graphs; an HNSW walk reads its
+    pages through the shared buffers, and with 128 MB nearly every page it touches has to be
+    copied in again from the OS cache, evicting another (docs/scaling.md#memory-of-the-server).
+    `auto` gives a quarter of the RAM (128 MB to 8 GB), the usual sizing; anything else is a
+    PostgreSQL size ("2GB", "512MB") used as it is."""
+    mb = max(total_bytes // 2**20, 1)
+    if shared_buffers == AUTO:
+        shared_buffers = f"{min(MAX_SHARED_BUFFERS_MB, max(MIN_SHARED_BUFFERS_MB, mb // 4))}MB"
+    return {
+        "shared_buffers": shared_buffers,
+        # What the planner may assume the OS caches: most of what the server does not hold.
+        "effective_cache_size": f"{max(512, mb * 3 // 4)}MB",
+    }
+
+
+def _psql(server: object, sql: str) -> str:
+    """One statement through the wheel's psql; its output, unaligned, without headers."""
+    from pgserver._commands import POSTGRES_BIN_PATH
+
+    out = subprocess.run(
+        [str(POSTGRES_BIN_PATH / "psql"), "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-c", sql,
+         str(server.get_uri())],  # type: ignore[attr-defined]
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )  # fmt: skip
+    return out.stdout.decode().strip()
+
+
+def _tune(server: object, data_dir: Path, wanted: dict[str, str]) -> None:
+    """Make the running server use `wanted` (ALTER SYSTEM, so they stay with the data
+    directory and its standbys); restart it when one of them takes effect only then."""
+    # Sizes compared in bytes ('6GB' is '6144MB'); the names and values are ours, not a user's,
+    # and the values are checked by pg_size_bytes before anything is written.
+    pairs = ", ".join(f"('{k}', pg_size_bytes('{v}'))" for k, v in wanted.items())
+    differs = _psql(
+        server,
+        "SELECT count(*) FROM (VALUES " + pairs + ") AS w(name, bytes) "
+        "JOIN pg_settings s USING (name) "
+        "WHERE pg_size_bytes(current_setting(w.name)) <> w.bytes",
+    )
+    if differs == "0":
+        return
+    for k, v in wanted.items():
+        _psql(server, f"ALTER SYSTEM SET {k} = '{v}'")
+    _psql(server, "SELECT pg_reload_conf()")
+    logger.info("embedded PostgreSQL: %s; restarting for shared_buffers", wanted)
+    stop_embedded(data_dir)
+    with server._lock:  # type: ignore[attr-defined]
+        server.ensure_postgres_running()  # type: ignore[attr-defined]
+
+
+def embedded_dsn(data_dir: Path, shared_buffers: str | None = AUTO) -> str:
+    """Start (or reuse) the embedded server in data_dir and return its DSN.
+
+    `shared_buffers`: see memory_settings; None leaves the data directory's settings alone."""
     data_dir = Path(data_dir).expanduser().resolve()
     server = _servers.get(data_dir)
     if server is None:
@@ -27,6 +91,10 @@ def embedded_dsn(data_dir: Path) -> str:
             # cleanup_mode=None leaves the server running for the next process to reuse;
             # pgserver keeps a lock file so concurrent starters share one postmaster.
             server = pgserver.get_server(data_dir, cleanup_mode=None)
+        if shared_buffers is not None:
+            import psutil
+
+            _tune(server, data_dir, memory_settings(psutil.virtual_memory().total, shared_buffers))
         _servers[data_dir] = server
         logger.info("embedded PostgreSQL at %s", data_dir)
     elif not (data_dir / "postmaster.pid").exists():
@@ -36,9 +104,10 @@ def embedded_dsn(data_dir: Path) -> str:
     return str(server.get_uri())  # type: ignore[attr-defined]
 
 
-def resolve_dsn(database_url: str | None, data_dir: Path) -> str:
-    """DATABASE_URL when set, else the embedded server's DSN."""
-    return database_url if database_url else embedded_dsn(data_dir)
+def resolve_dsn(database_url: str | None, data_dir: Path, shared_buffers: str | None = AUTO) -> str:
+    """DATABASE_URL when set (its server's settings are its operator's), else the embedded
+    server's DSN."""
+    return database_url if database_url else embedded_dsn(data_dir, shared_buffers)
 
 
 def stop_embedded(data_dir: Path, wait_s: float = 30.0) -> None:

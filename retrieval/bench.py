@@ -326,10 +326,9 @@ async def over_http(
 
 async def run_bench_cli(settings: Settings, args: argparse.Namespace) -> int:
     """The `retrieval bench` command."""
-    from db.embedded import resolve_dsn
     from retrieval.runtime import open_runtime
 
-    dsn = await asyncio.to_thread(resolve_dsn, settings.database_url, settings.data_dir)
+    dsn = await asyncio.to_thread(settings.dsn)
     bdsn = await ensure_database(dsn)
     rt = await open_runtime(settings.model_copy(update={"database_url": bdsn, "log_runs": False}))
     try:

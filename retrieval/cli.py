@@ -187,10 +187,9 @@ async def _open(settings: Settings) -> Any:
 
 
 async def _cmd_migrate(settings: Settings) -> int:
-    from db.embedded import resolve_dsn
     from retrieval.runtime import migrate_database
 
-    dsn = await asyncio.to_thread(resolve_dsn, settings.database_url, settings.data_dir)
+    dsn = await asyncio.to_thread(settings.dsn)
     applied = await migrate_database(dsn, settings.embedding_dim, settings.timezone)
     print(
         f"applied {len(applied)} migration(s)"

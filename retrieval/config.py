@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -31,6 +32,10 @@ class Settings(BaseSettings):
         description="PostgreSQL DSN; unset = embedded pgserver in data_dir.",
     )
     data_dir: Path = Field(default_factory=default_data_dir)
+    # The embedded server's shared buffers: `auto` (a quarter of the RAM, 128 MB to 8 GB), a
+    # PostgreSQL size ("2GB", "512MB"), or `keep` (leave the data directory's own setting).
+    # Ignored with DATABASE_URL: that server's memory is its operator's (docs/runbook.md).
+    pg_shared_buffers: str = "auto"
     pool_min: int = Field(default=2, ge=1)
     pool_max: int = Field(default=10, ge=1)
     replica_urls: str | None = Field(
@@ -101,6 +106,26 @@ class Settings(BaseSettings):
         if v is not None and not v.startswith(("postgres://", "postgresql://")):
             raise ValueError("DATABASE_URL must start with postgresql:// or postgres://")
         return v
+
+    @field_validator("pg_shared_buffers")
+    @classmethod
+    def _buffer_size(cls, v: str) -> str:
+        v = v.strip()
+        if v in ("auto", "keep") or re.fullmatch(r"[1-9][0-9]{0,6}(kB|MB|GB)", v):
+            return v
+        raise ValueError(
+            "RETRIEVAL_PG_SHARED_BUFFERS must be auto, keep, or a size like 2GB or 512MB"
+        )
+
+    def embedded_shared_buffers(self) -> str | None:
+        """What db.embedded takes: a size or `auto`, or None for `keep`."""
+        return None if self.pg_shared_buffers == "keep" else self.pg_shared_buffers
+
+    def dsn(self) -> str:
+        """DATABASE_URL, or the embedded server's (started, and sized, on first use)."""
+        from db.embedded import resolve_dsn
+
+        return resolve_dsn(self.database_url, self.data_dir, self.embedded_shared_buffers())
 
     @field_validator("replica_urls")
     @classmethod

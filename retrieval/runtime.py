@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 import asyncpg
 
 from db import migrate as migrations
-from db.embedded import resolve_dsn
 from db.meta import TRIGRAM_READY, check_embedding_model
 from db.pool import create_pool
 from retrieval.analyzer import CueDictionary, QueryAnalyzer
@@ -68,7 +67,7 @@ async def open_runtime(
     settings: Settings, *, embedder: Embedder | None = None, nlp: JapaneseNLP | None = None
 ) -> Runtime:
     """Start (or reach) PostgreSQL, migrate, load models, and refuse a foreign embedding model."""
-    dsn = await asyncio.to_thread(resolve_dsn, settings.database_url, settings.data_dir)
+    dsn = await asyncio.to_thread(settings.dsn)
     await migrate_database(dsn, settings.embedding_dim, settings.timezone)
     if nlp is None:
         nlp = await asyncio.to_thread(

@@ -27,7 +27,6 @@ import asyncpg
 import numpy as np
 from pgvector.asyncpg import register_vector
 
-from db.embedded import resolve_dsn
 from retrieval.bench import NAMESPACE, QUERIES, TAILS, bench_dsn
 from retrieval.config import Settings
 from retrieval.embeddings import create_embedder
@@ -106,7 +105,7 @@ async def main() -> None:
     )
     args = ap.parse_args()
     settings = Settings()
-    dsn = bench_dsn(resolve_dsn(settings.database_url, settings.data_dir))
+    dsn = bench_dsn(settings.dsn())
     embedder = create_embedder(settings)
     rng = random.Random(3)
     texts = [f"{rng.choice(QUERIES)}{rng.choice(TAILS)}" for _ in range(args.queries)]

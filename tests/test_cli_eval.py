@@ -146,10 +146,9 @@ def test_bench_small(env, capsys):
 async def test_bench_finds_a_local_servers_cpu(settings):
     """The capacity figures (CPU per request) read the local server's process tree; a server
     elsewhere is not measured rather than measured wrong."""
-    from db.embedded import resolve_dsn
     from retrieval.bench import _cpu_s, is_local, server_process
 
-    dsn = resolve_dsn(settings.database_url, settings.data_dir)
+    dsn = settings.dsn()
     postmaster = await server_process(dsn)
     assert postmaster is not None and _cpu_s(postmaster, reaped=True) > 0
     assert is_local("postgresql://u@localhost:5432/db") and is_local("postgresql:///db?host=/tmp")
