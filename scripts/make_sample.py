@@ -160,6 +160,18 @@ def main() -> None:
                     "source_type": source,
                 }
             )
+    # The README's query (先週のジムでのトレーニング) must find a gym session whatever weekday
+    # the sample is loaded on: "last week" is 1-7 days back on a Monday and 7-13 on a Sunday,
+    # so sessions 4 and 10 days before the newest memory cover every weekday.
+    for days_back, kg in ((4, 64), (10, 62)):
+        rows.append(
+            {
+                "content": f"ジムで筋トレをした。ベンチプレスは{kg}kgまで上がった。",
+                "created_at": (ANCHOR - timedelta(days=days_back, hours=4)).isoformat(),
+                "memory_type": "episodic",
+                "source_type": "diary",
+            }
+        )
     rows.sort(key=lambda r: r["created_at"])
     for i, r in enumerate(rows):
         r["id"] = f"sample-{i:04d}"

@@ -1,7 +1,7 @@
 """CLI commands in-process, `retrieval eval` on the shared temporal and multi-hop sets, `retrieval bench`."""
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -164,6 +164,38 @@ def test_sample_is_shifted_to_now():
     assert len(items) >= 200 and vectors.shape == (len(items), 384)
     assert max(i.created_at for i in items) <= now
     assert (now - max(i.created_at for i in items)).days < 3
+
+
+README_QUERY = "先週のジムでのトレーニング"
+
+
+@pytest.mark.parametrize("day", range(7))
+def test_readme_query_has_a_gym_session_last_week_on_any_weekday(day):
+    """The sample is loaded 'now': whatever weekday that is, 先週 holds a gym memory."""
+    from retrieval.sample import sample_items
+    from retrieval.timeexpr import parse_time
+
+    now = datetime.fromisoformat("2026-11-23T08:30:00+09:00") + timedelta(days=day)
+    items, _ = sample_items(now)
+    tr = parse_time(README_QUERY, now).range
+    assert tr is not None
+    assert any(tr.start <= i.created_at < tr.end for i in items if "ジム" in i.content)
+
+
+@pytest.mark.parametrize("now", ["2026-11-23T08:30:00+09:00", "2026-11-29T22:00:00+09:00"])
+async def test_readme_query_answers_with_the_gym(rt, ns, now):
+    """The README's first query, on the sample loaded a Monday morning or a Sunday night:
+    a gym session of last week comes first."""
+    from retrieval.ingest import ingest
+    from retrieval.models import RetrievalOptions
+    from retrieval.sample import sample_items
+
+    at = datetime.fromisoformat(now)
+    items, vectors = sample_items(at)
+    await ingest(rt.pool, rt.nlp, rt.embedder, items, namespace=ns, vectors=vectors)
+    resp = await rt.orchestrator.retrieve(README_QUERY, RetrievalOptions(namespace=ns, now=at))
+    top = resp.results[0]
+    assert "ジム" in top.content and "last_week" in top.reason
 
 
 def test_vector_probe_passes_here():
