@@ -116,6 +116,24 @@ QUERIES = [
 ]
 
 
+WARM_UP = 10
+MAX_QUERIES = len(QUERIES) * len(TAILS) * 101 - WARM_UP
+
+
+def bench_queries(n: int, seed: int = 1) -> tuple[list[str], list[str]]:
+    """WARM_UP queries to warm a process with, and n others to measure: all distinct, so no
+    measured query is answered from a cache the warm-up or an earlier query filled."""
+    rng = random.Random(seed)
+    if n > MAX_QUERIES:
+        raise ValueError(f"at most {MAX_QUERIES} distinct benchmark queries")
+    seen: dict[str, None] = {}
+    while len(seen) < n + WARM_UP:
+        num = "" if rng.random() < 0.5 else " " + str(rng.randrange(100))
+        seen.setdefault(f"{rng.choice(QUERIES)}{rng.choice(TAILS)}{num}")
+    qs = list(seen)
+    return qs[:WARM_UP], qs[WARM_UP:]
+
+
 def _percentiles(values: list[float]) -> dict[str, float]:
     if not values:
         return {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0}
@@ -199,11 +217,20 @@ async def load(rt: Any, n: int, seed: int = 7) -> tuple[bool, float]:
 
 
 async def in_process(
-    rt: Any, queries: list[str], concurrency: int, namespace: str = NAMESPACE
+    rt: Any,
+    queries: list[str],
+    concurrency: int,
+    namespace: str = NAMESPACE,
+    warm: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Run queries through the orchestrator; latency per stage and per source."""
+    """Run queries through the orchestrator (after the warm-up ones, unmeasured); latency per
+    stage and per source."""
     stages: dict[str, list[float]] = defaultdict(list)
     sem = asyncio.Semaphore(concurrency)
+    for q in warm or []:
+        await rt.orchestrator.retrieve(
+            q, RetrievalOptions(namespace=namespace, limit=10, log_run=False)
+        )
 
     async def one(q: str) -> None:
         async with sem:
@@ -264,7 +291,12 @@ async def server_process(dsn: str) -> psutil.Process | None:
 
 
 async def over_http(
-    dsn: str, queries: list[str], concurrency: int, namespace: str = NAMESPACE, port: int = 8799
+    dsn: str,
+    queries: list[str],
+    concurrency: int,
+    namespace: str = NAMESPACE,
+    port: int = 8799,
+    warm: list[str] | None = None,
 ) -> dict[str, Any]:
     """Start `retrieval serve` on the bench database and measure client-side latency, and the
     CPU the service and (when it runs here) PostgreSQL spend per request: what a capacity model
@@ -289,7 +321,7 @@ async def over_http(
                 except httpx.HTTPError:
                     pass
                 await asyncio.sleep(0.5)
-            for q in queries[:10]:  # warm-up
+            for q in warm or []:
                 await c.post("/v1/retrieve", json={"query": q, "namespace": namespace})
             lat: list[float] = []
             errors = 0
@@ -345,12 +377,8 @@ async def run_bench_cli(settings: Settings, args: argparse.Namespace) -> int:
         print(
             f"{count} memories {'reused' if reused else 'loaded'} in {secs:.1f} s", file=sys.stderr
         )
-        rng = random.Random(1)
-        queries = [
-            f"{rng.choice(QUERIES)}{rng.choice(TAILS)}{'' if rng.random() < 0.5 else ' ' + str(rng.randrange(100))}"
-            for _ in range(args.queries)
-        ]
-        inproc = await in_process(rt, queries, args.concurrency, ns)
+        warm, queries = bench_queries(args.queries)
+        inproc = await in_process(rt, queries, args.concurrency, ns, warm)
     finally:
         await rt.close()
     out: dict[str, Any] = {
@@ -360,7 +388,7 @@ async def run_bench_cli(settings: Settings, args: argparse.Namespace) -> int:
         "stages": inproc["stages"],
     }
     if not args.no_http:
-        out["http"] = await over_http(bdsn, queries, args.concurrency, ns)
+        out["http"] = await over_http(bdsn, queries, args.concurrency, ns, warm=warm)
     if args.json:
         print(json.dumps(out, ensure_ascii=False))
     else:

@@ -50,6 +50,15 @@ def _positive(value: str) -> int:
     return n
 
 
+def _bench_queries(value: str) -> int:
+    from retrieval.bench import MAX_QUERIES
+
+    n = _positive(value)
+    if n > MAX_QUERIES:
+        raise argparse.ArgumentTypeError(f"at most {MAX_QUERIES} (distinct benchmark queries)")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="retrieval",
@@ -165,7 +174,7 @@ def _add_bench(sub: Any) -> None:
     """The `bench` command's arguments."""
     b = sub.add_parser("bench", help="latency per stage and over HTTP at N memories")
     b.add_argument("--memories", type=_positive, default=10_000)
-    b.add_argument("--queries", type=_positive, default=200)
+    b.add_argument("--queries", type=_bench_queries, default=200)
     b.add_argument("--concurrency", type=_positive, default=4)
     b.add_argument(
         "--corpus", type=Path, help="use this JSONL corpus instead of synthetic memories"

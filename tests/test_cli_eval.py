@@ -143,6 +143,18 @@ def test_bench_small(env, capsys):
     assert "reused" in capsys.readouterr().err
 
 
+def test_bench_queries_are_distinct_and_apart_from_the_warm_up(capsys):
+    from retrieval.bench import MAX_QUERIES, WARM_UP, bench_queries
+
+    warm, qs = bench_queries(2000)
+    assert len(warm) == WARM_UP and len(qs) == 2000
+    assert len(set(qs)) == 2000 and not set(warm) & set(qs)
+    assert bench_queries(2000) == (warm, qs)  # the same queries every run
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--queries", str(MAX_QUERIES + 1)])
+    assert e.value.code == 2 and "distinct benchmark queries" in capsys.readouterr().err
+
+
 async def test_bench_finds_a_local_servers_cpu(settings):
     """The capacity figures (CPU per request) read the local server's process tree; a server
     elsewhere is not measured rather than measured wrong."""
