@@ -11,7 +11,7 @@ from retrieval.errors import Forbidden, StoreUnavailable, Unauthorized
 from retrieval.runtime import Runtime
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
     """The shared resources, or 503 while the service starts (or could not reach PostgreSQL)."""
     rt: Runtime | None = getattr(request.app.state, "runtime", None)
     if rt is None:
@@ -30,7 +30,7 @@ def find_key(
     return found, scope
 
 
-def get_scope(
+async def get_scope(
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> frozenset[str] | None:
     """None = any namespace; a set = only these. 401 when keys are configured and none fits."""
