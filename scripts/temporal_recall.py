@@ -1,13 +1,17 @@
 """Recall of the vector and temporal legs' HNSW walks against exact search, on `retrieval bench`'s
 data (load it first: `retrieval bench --memories N`).
 
-For each window (none, 先週, 今月, 先月 relative to now, as the temporal leg resolves them), each
-path (a window over its weekly partitions' graphs, `week_graphs`, as the temporal leg runs it;
-the filtered walk of the whole store's graph, `store_graph`, as it ran before migration 0009)
-and each `ef_search`, runs the legs' own SQL (HNSW, `hnsw.iterative_scan = relaxed_order`) and
-the same query with exact distances, and prints one JSON line: how often the best match is found
-(top-1 agrees), by how much cosine the best found misses the best there is (mean, max), the
-share of the exact top 10 matched by a found row at least as close (within 0.005), latency.
+For each window (none, 先週, 今月, 先月 relative to now, as the temporal leg resolves them, and
+two small ones: 昨日, and 12 hours in the middle of last week), each path (a window over its
+weekly partitions' graphs, `week_graphs`, as the temporal leg runs it past EXACT_WINDOW_MAX
+memories; the filtered walk of the whole store's graph, `store_graph`, as it ran before
+migration 0009; for a window of at most EXACT_WINDOW_MAX memories, `exact_copies`, the exact
+search over the weekly copies the leg runs there) and each `ef_search`, runs the legs' own SQL
+(HNSW, `hnsw.iterative_scan = relaxed_order`) and the same query with exact distances over
+`memories`, and prints one JSON line: how often the best match is found (top-1 agrees), by how
+much cosine the best found misses the best there is (mean, max), the share of the exact top 10
+matched by a found row at least as close (within 0.005), latency (and `exact_ms`, the exact
+search over `memories` per query).
 
     RETRIEVAL_DATA_DIR=/tmp/m1 python scripts/temporal_recall.py --queries 30 --ef 40,100,200
 """
@@ -30,23 +34,33 @@ from pgvector.asyncpg import register_vector
 from retrieval.bench import NAMESPACE, QUERIES, TAILS, bench_dsn
 from retrieval.config import Settings
 from retrieval.embeddings import create_embedder
-from retrieval.sources import EXACT_VECTOR_SQL, VECTOR_SQL, WINDOW_VECTOR_SQL
+from retrieval.sources import (
+    EXACT_VECTOR_SQL,
+    EXACT_WINDOW_MAX,
+    EXACT_WINDOW_SQL,
+    VECTOR_SQL,
+    WINDOW_VECTOR_SQL,
+)
 
 COUNT_SQL = """SELECT count(*) FROM memories WHERE namespace = $1
   AND ($2::timestamptz IS NULL OR created_at >= $2) AND ($3::timestamptz IS NULL OR created_at < $3)"""
 
 
 def windows(now: datetime) -> dict[str, tuple[datetime | None, datetime | None]]:
-    """先週 (Monday to Monday), 今月 (to now), 先月, and no window."""
+    """先週 (Monday to Monday), 今月 (to now), 先月, no window, 昨日, and 12 hours of last week's
+    Wednesday."""
     monday = (now - timedelta(days=now.weekday())).replace(
         hour=0, minute=0, second=0, microsecond=0
     )
     first = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
     return {
         "none": (None, None),
         "last_week": (monday - timedelta(days=7), monday),
         "this_month": (first, now),
         "last_month": ((first - timedelta(days=1)).replace(day=1), first),
+        "yesterday": (today - timedelta(days=1), today),
+        "half_day": (monday - timedelta(days=5, hours=-6), monday - timedelta(days=4, hours=6)),
     }
 
 
@@ -132,8 +146,10 @@ async def main() -> None:
             paths = {"store_graph": VECTOR_SQL}
             if window != (None, None):
                 paths = {"week_graphs": WINDOW_VECTOR_SQL, **paths}
+            if window != (None, None) and rows <= EXACT_WINDOW_MAX:
+                paths = {"exact_copies": EXACT_WINDOW_SQL, **paths}
             for path, sql in paths.items():
-                for ef in args.ef:
+                for ef in args.ef[:1] if path == "exact_copies" else args.ef:
                     got = await measure(conn, vecs, window, ef, sql, exact)
                     print(
                         json.dumps(
