@@ -227,16 +227,13 @@ async def in_process(
     stage and per source."""
     stages: dict[str, list[float]] = defaultdict(list)
     sem = asyncio.Semaphore(concurrency)
+    opts = RetrievalOptions(namespace=namespace, limit=10, log_run=False)
     for q in warm or []:
-        await rt.orchestrator.retrieve(
-            q, RetrievalOptions(namespace=namespace, limit=10, log_run=False)
-        )
+        await rt.orchestrator.retrieve(q, opts)
 
     async def one(q: str) -> None:
         async with sem:
-            resp = await rt.orchestrator.retrieve(
-                q, RetrievalOptions(namespace=namespace, limit=10, log_run=False)
-            )
+            resp = await rt.orchestrator.retrieve(q, opts)
         md = resp.metadata
         for k in ("analyze", "embed", "rerank"):
             stages[k].append(md.stage_latency_ms.get(k, 0.0))

@@ -73,7 +73,7 @@ WINDOW_VECTOR_SQL = _window_sql("v.embedding <=> $6")
 
 # The same, exactly: every live memory in the window by its weekly copy, found by namespace and
 # created_at (migration 0010), whose vector is stored inline (in `memories` it is TOASTed:
-# 33 ms against 8 ms for the 4,757 memories of a day at 1M). `+ 0` keeps off the graphs.
+# p50 22 ms against 5 ms for the 4,757 memories of a day at 1M). `+ 0` keeps off the graphs.
 EXACT_WINDOW_SQL = _window_sql("(v.embedding <=> $6) + 0")
 
 # Returns how many memories of a namespace lie in [$2, $3), counting at most $4 of them
@@ -88,7 +88,7 @@ SELECT count(*) FROM (
 # (docs/benchmarks.md): HNSW with an iterative scan took 45-110 ms for a 1-day window of 3.8k
 # memories, where only ~0.4 % of the graph passes the filter; exact distances to those 3.8k took
 # 18 ms, and are exact. Past a few thousand rows exact distances cost more than the graph walk.
-# Since the weekly copies (0009, 0010) a 1-day window of 4,757 costs 8 ms exactly.
+# Over the weekly copies (0009, 0010) a 1-day window of 4,757 costs 5 ms exactly (p50).
 EXACT_WINDOW_MAX = 5000
 
 # Returns document frequency and IDF of the query's lexemes, with the namespace's average length.
