@@ -21,6 +21,9 @@ def parse_replica_urls(value: str | None) -> list[str]:
     return [x.strip() for x in (value or "").split(",") if x.strip()]
 
 
+_SIZE_UNITS = {"kB": 2**10, "MB": 2**20, "GB": 2**30}
+
+
 class Settings(BaseSettings):
     """Every knob of the service; see the configuration table in the README."""
 
@@ -111,11 +114,23 @@ class Settings(BaseSettings):
     @classmethod
     def _buffer_size(cls, v: str) -> str:
         v = v.strip()
-        if v in ("auto", "keep") or re.fullmatch(r"[1-9][0-9]{0,6}(kB|MB|GB)", v):
+        if v in ("auto", "keep"):
             return v
-        raise ValueError(
-            "RETRIEVAL_PG_SHARED_BUFFERS must be auto, keep, or a size like 2GB or 512MB"
-        )
+        size = re.fullmatch(r"([1-9][0-9]{0,6})(kB|MB|GB)", v)
+        if size is None:
+            raise ValueError(
+                "RETRIEVAL_PG_SHARED_BUFFERS must be auto, keep, or a size like 2GB or 512MB"
+            )
+        import psutil
+
+        # PostgreSQL refuses less than 128kB; more than the RAM and the server cannot start.
+        ram = psutil.virtual_memory().total
+        if not 128 * 2**10 <= int(size[1]) * _SIZE_UNITS[size[2]] <= ram:
+            raise ValueError(
+                "RETRIEVAL_PG_SHARED_BUFFERS must be at least 128kB and at most this machine's "
+                f"RAM ({ram // 2**20}MB)"
+            )
+        return v
 
     def embedded_shared_buffers(self) -> str | None:
         """What db.embedded takes: a size or `auto`, or None for `keep`."""

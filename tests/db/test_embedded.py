@@ -38,7 +38,14 @@ def test_an_explicit_size_is_used_as_given() -> None:
     assert memory_settings(24 * GB, "512MB")["shared_buffers"] == "512MB"
 
 
-@pytest.mark.parametrize("bad", ["lots", "0GB", "2 GB", "2TB", "-1MB", "2GB; DROP TABLE x", ""])
+RAM_GB = psutil.virtual_memory().total // GB
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["lots", "0GB", "2 GB", "2TB", "-1MB", "2GB; DROP TABLE x", "", "2GB\x00", "64kB",
+     f"{RAM_GB + 1}GB", "9999999GB"],
+)  # fmt: skip
 def test_settings_refuse_a_size_postgresql_would_not_take(bad: str) -> None:
     with pytest.raises(ValidationError, match="PG_SHARED_BUFFERS"):
         Settings(pg_shared_buffers=bad)
