@@ -13,7 +13,13 @@ from zoneinfo import ZoneInfo
 from retrieval.answers import asked_kind
 from retrieval.calendar_ja import national_holidays
 from retrieval.models import Entity, QueryIntent, QueryType
-from retrieval.nlp import JapaneseNLP, normalize_text, question_focus, terms_from_tokens
+from retrieval.nlp import (
+    STOP_WORDS,
+    JapaneseNLP,
+    normalize_text,
+    question_focus,
+    terms_from_tokens,
+)
 from retrieval.timeexpr import parse_time, strip_spans
 
 _TYPE_ORDER = (
@@ -23,10 +29,11 @@ _TYPE_ORDER = (
     QueryType.TEMPORAL,
     QueryType.FACTUAL,
 )
-# Model numbers (letters and digits: RTX-4090, pg_trgm, GPT-4), capitalised Latin names, and
-# katakana words of three or more characters; common ones are dropped by the trigram source.
+# Model numbers (letters and digits: RTX-4090, pg_trgm, GPT-4; not a word and its full stop),
+# capitalised Latin names, and katakana words of three or more characters; common ones are
+# dropped by the trigram source.
 _NAME_LIKE = re.compile(
-    r"[A-Za-z]+[0-9._\-]+[A-Za-z0-9._\-]*|[A-Za-z]+_[A-Za-z0-9_]+|\b[A-Z][A-Za-z]{2,}\b|[\u30A0-\u30FF]{3,}"
+    r"[A-Za-z]+[0-9._\-]+[A-Za-z0-9._\-]*(?<![._\-])|[A-Za-z]+_[A-Za-z0-9_]+|\b[A-Z][A-Za-z]{2,}\b|[\u30A0-\u30FF]{3,}"
 )
 
 
@@ -101,7 +108,12 @@ class QueryAnalyzer:
         entities: list[Entity] = self.nlp.entities(body, toks)
         names = _unique(
             [e.text for e in entities if len(e.text) >= 2]
-            + [m.group(0) for m in _NAME_LIKE.finditer(body)]
+            # A capitalised question word or sentence opener (When, Did) is no name.
+            + [
+                m.group(0)
+                for m in _NAME_LIKE.finditer(body)
+                if m.group(0).lower() not in STOP_WORDS
+            ]
         )
         importance = 0.5 + 0.1 * min(len(entities), 2) + (0.1 if tp.range else 0.0)
         if any(w in text for w in self.dictionary.importance):

@@ -15,11 +15,11 @@ class AnswerKind(StrEnum):
     AMOUNT = "amount"
 
 
-# Question words, by Sudachi normal form (いつ, いくら -> 幾ら) or English surface.
+# Question words, by Sudachi normal form (いくら -> 幾ら) or English surface. A bare "when"
+# (いつ) is not among them: every memory carries its own time, so "when did Caroline go to the
+# support group" is answered by the memory of going, not by another that states a date; a
+# stated date is asked for by naming it (締め切りはいつ, the deadline, 何日).
 _ASKING_WORDS = {
-    "何時": AnswerKind.DATE,  # いつ / なんじ: both ask when
-    "いつ": AnswerKind.DATE,
-    "when": AnswerKind.DATE,
     "幾ら": AnswerKind.AMOUNT,
     "いくら": AnswerKind.AMOUNT,
 }
@@ -46,7 +46,7 @@ _AMOUNT_ENDINGS = ("予算", "費用", "金額", "料金", "代金", "経費", "
 
 def asked_kind(text: str, toks: list[Token], focus: str | None) -> AnswerKind | None:
     """The kind of answer the question (`text`, its tokens and focus) asks for: by its question
-    word (いつ, いくら, when), else by the noun it asks about (締め切り, 予算); None otherwise."""
+    word (いくら, 何日, how much), else by the noun it asks about (締め切り, 予算); None otherwise."""
     for tok in toks:
         kind = _ASKING_WORDS.get(tok.norm) or _ASKING_WORDS.get(tok.surface.lower())
         if kind is not None:
@@ -54,6 +54,14 @@ def asked_kind(text: str, toks: list[Token], focus: str | None) -> AnswerKind | 
     for pattern, kind in _ASKING_RE:
         if pattern.search(text):
             return kind
+    # An English question names what it asks anywhere ("the deadline for Aoba"): its last noun
+    # is no focus, so its words are looked up as written.
+    for tok in toks:
+        word = tok.surface.lower()
+        if word.isascii() and word in _DATE_NOUNS:
+            return AnswerKind.DATE
+        if word.isascii() and word in _AMOUNT_NOUNS:
+            return AnswerKind.AMOUNT
     if focus is None:
         return None
     if focus in _DATE_NOUNS or focus.endswith(_DATE_ENDINGS):

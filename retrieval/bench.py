@@ -363,7 +363,7 @@ async def run_bench_cli(settings: Settings, args: argparse.Namespace) -> int:
     try:
         ns = NAMESPACE
         if args.corpus:
-            from retrieval.evaluate import ensure_index
+            from retrieval.evaluation import ensure_index
 
             ns = "bench-corpus"
             reused, secs = await ensure_index(rt, args.corpus, ns, args.embeddings)

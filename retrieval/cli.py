@@ -1,4 +1,5 @@
-"""`retrieval` command line: serve, migrate, ingest, query, analyze, eval, bench."""
+"""`retrieval` command line: serve, migrate, retokenize, ingest, query, analyze, eval, eval-suite,
+bench."""
 
 from __future__ import annotations
 
@@ -70,10 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_serve(sub)
     _add_migrate(sub)
+    _add_retokenize(sub)
     _add_ingest(sub)
     _add_query(sub)
     _add_analyze(sub)
     _add_eval(sub)
+    _add_eval_suite(sub)
     _add_bench(sub)
     return p
 
@@ -166,6 +169,46 @@ def _add_eval(sub: Any) -> None:
         "--no-expand",
         action="store_true",
         help="turn multi-hop expansion off (options.expand=false)",
+    )
+    e.add_argument("--json", action="store_true")
+
+
+def _add_retokenize(sub: Any) -> None:
+    """The `retokenize` command's arguments."""
+    from retrieval.retokenize import BATCH
+
+    r = sub.add_parser(
+        "retokenize",
+        help="make every memory's keyword terms again with this version's tokenizer",
+        description="After an upgrade that changed the index terms (the service warns at start), "
+        "re-tokenize every stored memory, a namespace and a batch at a time; an interrupted run "
+        "resumes where it stopped. The service keeps answering meanwhile.",
+    )
+    r.add_argument("--batch", type=_positive, default=BATCH, help="memories per transaction")
+
+
+def _add_eval_suite(sub: Any) -> None:
+    """The `eval-suite` command's arguments."""
+    from retrieval.evaluation.suite import SET_NAMES
+
+    e = sub.add_parser(
+        "eval-suite",
+        help="every dev set (JSQuAD, semantic, temporal, temporal-hard, multi-hop, LoCoMo) in one table",
+        description="Index each dev set of DIR once (cached), run its questions through the "
+        "orchestrator and print one table: MRR@10, hit@5, recall@5/@10 and latency per set, and "
+        "per question category where a set has them (LoCoMo). The long-document set runs only "
+        "when named in --sets (indexing it takes most of an hour).",
+    )
+    e.add_argument(
+        "--dir", type=Path, default=Path("../shared/eval"), help="the sets (default ../shared/eval)"
+    )
+    e.add_argument("--sets", nargs="+", choices=SET_NAMES, help="run only these sets")
+    e.add_argument("--strategy", default="auto", choices=["auto", *STRATEGY_CHOICES])
+    e.add_argument("--limit", type=_positive, default=100)
+    e.add_argument("--no-expand", action="store_true", help="turn multi-hop expansion off")
+    e.add_argument("--save", type=Path, help="write the results (JSON) to this file")
+    e.add_argument(
+        "--compare", type=Path, help="a file written by --save: print 'before -> now' per cell"
     )
     e.add_argument("--json", action="store_true")
 
@@ -301,6 +344,21 @@ async def _cmd_query(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _cmd_retokenize(settings: Settings, args: argparse.Namespace) -> int:
+    from retrieval.retokenize import retokenize
+    from retrieval.runtime import open_runtime
+
+    rt = await open_runtime(settings)
+    try:
+        n = await retokenize(
+            rt.pool, rt.nlp, batch=args.batch, log=lambda m: print(m, file=sys.stderr)
+        )
+    finally:
+        await rt.close()
+    print(f"{n} memories re-tokenized; the store's terms are current")
+    return 0
+
+
 def _cmd_analyze(settings: Settings, args: argparse.Namespace) -> int:
     from retrieval.analyzer import CueDictionary, QueryAnalyzer
     from retrieval.nlp import JapaneseNLP
@@ -405,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
             return _serve(settings, args)
         if args.command == "migrate":
             return asyncio.run(_cmd_migrate(settings))
+        if args.command == "retokenize":
+            return asyncio.run(_cmd_retokenize(settings, args))
         if args.command == "ingest":
             return asyncio.run(_cmd_ingest(settings, args))
         if args.command == "query":
@@ -412,9 +472,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "analyze":
             return _cmd_analyze(settings, args)
         if args.command == "eval":
-            from retrieval.evaluate import run_eval_cli
+            from retrieval.evaluation.harness import run_eval_cli
 
             return asyncio.run(run_eval_cli(settings, args))
+        if args.command == "eval-suite":
+            from retrieval.evaluation.suite import run_suite_cli
+
+            return asyncio.run(run_suite_cli(settings, args))
         if args.command == "bench":
             from retrieval.bench import run_bench_cli
 

@@ -187,7 +187,12 @@ def read_jsonl(path: Path) -> list[MemoryIn]:
 
 def passage_text(item: MemoryIn) -> str:
     """Title and content: what is tokenised for the keyword legs (all of it)."""
-    return f"{item.title}\n{item.content}" if item.title else item.content
+    return passage_text_of(item.title, item.content)
+
+
+def passage_text_of(title: str | None, content: str) -> str:
+    """A memory's title and content as one text (passage_text of a stored row)."""
+    return f"{title}\n{content}" if title else content
 
 
 # The embedding sees at most this many characters of a memory (about three of e5's 512-token

@@ -222,13 +222,26 @@ class Candidate:
     source: Source
     # How an expansion source reached it ("linked reply_to from m-12", "shares 「アオバ」 with m-7").
     via: str | None = None
-    # The text of the seed it was reached from: the reranker reads the chain as one.
-    seed_text: str | None = None
-    # Expansion: the memory holds what the question asks about (its focus) and the seed does not.
-    answers_focus: bool = False
-    # Expansion: the memory gives the kind of answer asked for (a date, an amount) and the seed
-    # does not: the chain answers the question, the seed only leads to it.
-    answers: bool = False
+    # Expansion: from which seed, and what the hop says (the reranker scores it).
+    hop: Hop | None = None
+
+
+@dataclass(frozen=True)
+class Hop:
+    """How an expansion source reached a memory from a seed (a first-wave candidate)."""
+
+    seed: str  # the seed's external id
+    # "reply_to", "same_topic", "caused_by", "continuation" (a link's label), "answers_question"
+    # (a reply to a seed that asks), "entity" (a name both hold) or "thread".
+    kind: str
+    seed_text: str
+    # The share of the query's IDF mass the memory holds and the seed does not, and how much
+    # more of it the two hold together than the seed alone (a ratio, 1 = nothing more).
+    added: float = 0.0
+    gain: float = 1.0
+    # The memory gives the kind of answer asked for (a date, an amount) and the seed does not:
+    # the chain answers the question, the seed only leads to it.
+    gives_answer: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +286,21 @@ class RetrievalOptions:
     per_bucket: int = 0
     # Sources that do not rank by similarity (recent, states, vector_global), added to the plan.
     add_sources: tuple[Source, ...] = ()
+    # How many memories before and after each result (in its thread or reply chain) come with it.
+    context_window: int = 1
+
+
+@dataclass(frozen=True)
+class ContextMemory:
+    """A memory beside a result in its thread or reply chain: `position` -1 is just before it,
+    1 just after."""
+
+    id: str
+    content: str
+    title: str | None
+    memory_type: str
+    created_at: datetime
+    position: int
 
 
 @dataclass
@@ -289,6 +317,8 @@ class RetrievalResult:
     sources: list[str]
     relevance: Relevance
     reason: str
+    # The memories around it in its thread or reply chain (options.context_window).
+    context: list[ContextMemory] = field(default_factory=list)
 
     @classmethod
     def of(cls, r: ScoredResult, *, details: bool = True) -> RetrievalResult:

@@ -13,12 +13,16 @@ import threading
 import unicodedata
 from typing import Any, NamedTuple
 
+import Stemmer
+from spacy.lang.en.stop_words import STOP_WORDS as SPACY_EN_STOP_WORDS
+
 from retrieval.models import Entity
 
 logger = logging.getLogger(__name__)
 
-# Bump when the index terms or entities change: cached eval indexes are rebuilt.
-TOKENIZER_VERSION = "3"
+# Bump when the index terms or entities change: cached eval indexes are rebuilt, and a store
+# indexed by an older version is told to re-tokenize (`retrieval retokenize`).
+TOKENIZER_VERSION = "4"
 
 # Sudachi POS prefixes (token.tag_) whose words carry content.
 _CONTENT_POS = ("名詞", "動詞-一般", "形容詞-一般", "形状詞")
@@ -33,10 +37,8 @@ STOP_WORDS = frozenset(
     何人 何歳 何年 何回 何個 何日 何月 何度 何番 何色 何語 何処 何故 幾つ
     a an the of to in on at for by with from and or but is are was were be been being it its
     this that these those what which who whom when where why how do does did done have has had
-    can could should would will shall may might about into than then there their they we you i
-    me my our your he she his her them not no yes as so if
     """.split()  # noqa: SIM905 - a word list reads better as words
-)
+) | frozenset(SPACY_EN_STOP_WORDS)
 
 _LATIN_RE = re.compile(r"^[A-Za-z][A-Za-z0-9._+\-]*$")
 _ASCII_ALNUM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+\-]*$")
@@ -56,14 +58,24 @@ def normalize_text(text: str) -> str:
     return unicodedata.normalize("NFKC", _UNSAFE_RE.sub("\ufffd", text))
 
 
+# A Snowball stemmer per thread (PyStemmer's objects keep a cache and are not thread-safe).
+_STEMMERS = threading.local()
+
+
 def english_norm(word: str) -> str:
-    """Lower-case with a light plural fold, applied identically to queries and documents."""
+    """Lower-cased and stemmed (Snowball English: painted, paints -> paint), applied identically
+    to queries and documents. Model numbers and words with digits stay as written."""
     w = word.lower()
-    if len(w) > 4 and w.endswith("ies"):
-        return w[:-3] + "y"
-    if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
-        return w[:-1]
-    return w
+    if not w.isalpha():
+        return w
+    stemmer = getattr(_STEMMERS, "en", None)
+    if stemmer is None:
+        stemmer = _STEMMERS.en = Stemmer.Stemmer("english")
+    return str(stemmer.stemWord(w))
+
+
+# Kana and kanji: a text holding any is Japanese (Latin words inside it are loanwords or names).
+_JAPANESE_RE = re.compile("[\u3040-\u30ff\u3400-\u9fff]")
 
 
 class Token(NamedTuple):
@@ -177,26 +189,29 @@ def question_focus(toks: list[Token]) -> str | None:
     「…の締め切りはいつ？」, 予算 in 「…の予算を教えて」), as the term; None without one."""
     for tok in reversed(toks):
         if tok.tag.startswith("名詞-普通名詞") and _is_content(tok):
-            term = tok.norm.lower()
+            latin = _ASCII_ALNUM_RE.match(tok.surface)
+            term = english_norm(tok.surface) if latin else tok.norm.lower()
             if term not in STOP_WORDS and tok.surface not in STOP_WORDS:
                 return term
     return None
 
 
 def terms_from_tokens(toks: list[Token]) -> list[str]:
-    """Map tokens to terms; Latin words give their folded surface (and Sudachi's reading)."""
+    """Map tokens to terms; Latin words give their stem (and, inside Japanese text, Sudachi's
+    katakana reading)."""
     out: list[str] = []
+    japanese = any(_JAPANESE_RE.search(t.surface) for t in toks)
     for tok in toks:
         if not _is_content(tok):
             continue
         if _ASCII_ALNUM_RE.match(tok.surface):
-            term = english_norm(tok.surface)
-            if term in STOP_WORDS:
+            if tok.surface.lower() in STOP_WORDS:
                 continue
-            out.append(term)
-            # Sudachi reads many English words as katakana (Intent -> インテント), so a memory
-            # written in katakana still matches a query written in Latin script.
-            if tok.norm and tok.norm != tok.surface and _KATAKANA_RE.match(tok.norm):
+            out.append(english_norm(tok.surface))
+            # Sudachi reads many English words as katakana (Intent -> インテント), so a Japanese
+            # memory written in katakana still matches a query written in Latin script. In
+            # English text the reading only repeats the word (go -> ゴー, support -> サポート).
+            if japanese and tok.norm and tok.norm != tok.surface and _KATAKANA_RE.match(tok.norm):
                 out.append(tok.norm)
             continue
         term = tok.norm.lower()
@@ -227,7 +242,9 @@ def cheap_entities(toks: list[Token]) -> list[Entity]:
         run, label = [], ""
 
     for tok in toks:
-        if "固有名詞" in tok.tag:
+        if _LATIN_RE.match(tok.surface) and tok.surface.lower() in STOP_WORDS:
+            flush()  # Sudachi tags some English words as proper nouns (was, did)
+        elif "固有名詞" in tok.tag:
             tok_label = next((lab for key, lab in _ENTITY_LABELS if key in tok.tag), "ProperNoun")
             if not run or not label:
                 label = tok_label

@@ -20,6 +20,7 @@ from db.runs import insert_run
 from retrieval import metrics as m
 from retrieval.analyzer import QueryAnalyzer
 from retrieval.cache import ByteLRU
+from retrieval.context import MAX_CONTEXT_WINDOW, surrounding
 from retrieval.embeddings import Embedder
 from retrieval.errors import InvalidInput, StoreUnavailable
 from retrieval.models import (
@@ -33,6 +34,7 @@ from retrieval.models import (
     RetrievalOptions,
     RetrievalResponse,
     RetrievalResult,
+    ScoredResult,
     Source,
     SourceReport,
     SourceStatus,
@@ -40,11 +42,21 @@ from retrieval.models import (
 )
 from retrieval.replicas import CONNECTION_ERRORS, ReadRouter
 from retrieval.rerank import blend_lex, fuse_first_wave, lex_signal, rerank
-from retrieval.sources import SOURCES, TEXT_ONLY_SOURCES, SearchContext, Skip, SourceFn
+from retrieval.sources import (
+    SOURCES,
+    TEXT_ONLY_SOURCES,
+    SearchContext,
+    Skip,
+    SourceFn,
+    leg_connection,
+)
 from retrieval.strategy import PRESETS, Plan, Preset, plan, with_sources
 from retrieval.validation import check_instant
 
 logger = logging.getLogger(__name__)
+
+# The key under which the results' context fetch reports (search_breakdown, degraded).
+CONTEXT = "context"
 
 # ref-llmless-hybrid-rerank Phase 1: the last three exchanges make the context query.
 MAX_CONTEXT_MESSAGES = 6
@@ -189,6 +201,13 @@ class Orchestrator:
             errors.append(
                 {"field": "query", "reason": f"longer than {self.max_query_chars} characters"}
             )
+        if not 0 <= options.context_window <= MAX_CONTEXT_WINDOW:
+            errors.append(
+                {
+                    "field": "options.context_window",
+                    "reason": f"must be between 0 and {MAX_CONTEXT_WINDOW}",
+                }
+            )
         if not 1 <= options.limit <= self.max_limit:
             errors.append(
                 {"field": "options.limit", "reason": f"must be between 1 and {self.max_limit}"}
@@ -261,6 +280,12 @@ class Orchestrator:
             per_bucket=options.per_bucket,
         )  # fmt: skip
         results = [RetrievalResult.of(r, details=options.include_metadata_details) for r in scored]
+        if options.context_window > 0 and results:
+            t_ctx = time.perf_counter()
+            report = await self._add_context(ctx, scored, results, options.context_window)
+            clock.ms["context"] = (time.perf_counter() - t_ctx) * 1000.0
+            if report is not None:
+                reports[report.source] = report
         meta = RetrievalMetadata(
             strategy_used=p.strategy,
             query_intent=intent,
@@ -278,6 +303,43 @@ class Orchestrator:
         if self.log_runs and options.log_run:
             self._log_run(q, options.namespace, meta, per_source, expansion_log, results)
         return RetrievalResponse(results=results, metadata=meta)
+
+    async def _add_context(
+        self,
+        ctx: SearchContext,
+        scored: list[ScoredResult],
+        results: list[RetrievalResult],
+        window: int,
+    ) -> SourceReport | None:
+        """Give each result the memories around it (retrieval.context), under the sources'
+        deadline; a failure leaves the results without context and is reported (None: fine)."""
+        timeout = self.source_timeout_ms / 1000.0
+        t = time.perf_counter()
+        try:
+            async with leg_connection(_with_timeout(ctx, timeout)) as conn:
+                got = await asyncio.wait_for(
+                    surrounding(
+                        conn,
+                        ctx.filters.namespace,
+                        [r.candidate.id for r in scored],
+                        window,
+                        timeout=timeout,
+                    ),
+                    timeout,
+                )
+        except (TimeoutError, asyncpg.exceptions.QueryCanceledError):
+            ms = (time.perf_counter() - t) * 1000.0
+            m.SOURCE_TIMEOUTS.labels(CONTEXT).inc()
+            why = f"timed out after {timeout * 1000:.0f} ms"
+            return SourceReport(CONTEXT, ms, 0, SourceStatus.TIMEOUT, why)
+        except (asyncpg.PostgresError, OSError, asyncpg.exceptions.InterfaceError) as exc:
+            ms = (time.perf_counter() - t) * 1000.0
+            m.SOURCE_ERRORS.labels(CONTEXT).inc()
+            logger.warning("context of the results failed: %r", exc)
+            return SourceReport(CONTEXT, ms, 0, SourceStatus.ERROR, type(exc).__name__)
+        for r, out in zip(scored, results, strict=True):
+            out.context = got.get(r.candidate.id, [])
+        return None
 
     def _plan(self, intent: QueryIntent, options: RetrievalOptions) -> Plan:
         """The strategy's plan for this intent, with the sources the caller added."""

@@ -17,6 +17,7 @@ from retrieval.models import (
     Candidate,
     Fused,
     Fusion,
+    Hop,
     Norm,
     Relevance,
     ScoredResult,
@@ -38,56 +39,110 @@ _SCORE_NAMES = {
 }
 
 
+# --- Expansion: how much what a hop reached counts (the hop sources only fetch it). ---
+
 # How much of a memory's own fused score still counts when a chain stands for it.
 OWN_SHARE = 0.25
+
+# How closely a hop's kind ties the memory to its seed: a reply is the next turn of the seed's
+# exchange; a shared topic says less. Kinds not named (a thread, a shared name) count 1: their
+# source's weight (Preset.expansion) says how much they count.
+HOP_KIND_WEIGHTS = {"reply_to": 1.0, "continuation": 0.9, "caused_by": 0.8, "same_topic": 0.7}
+
+# A chain that answers (the hop gives the asked date or sum where its seed does not, or replies
+# to the question its seed asks) counts for at most this multiple of the seed's share of the
+# query: a reply that adds the project's name to the seed's deadline counts for more.
+MAX_HOP_GAIN = 2.0
+
+# A shared name is a bridge only where the memory supplies what the seed misses of the query
+# (the deadline of the project the meeting named); a memory that adds less than this share of
+# the query's IDF mass is a neighbour, not an answer, and is not added.
+MIN_ENTITY_ADDED = 0.1
+
+# Hop.kind of a reply to a seed that asks a question (sources.REPLY_TO_QUESTION).
+ANSWERS_QUESTION = "answers_question"
+
+
+def answers(hop: Hop) -> bool:
+    """Whether the chain seed -> memory answers the question, the seed only leading there: the
+    memory gives the kind of answer asked (a date, a sum) and the seed none, or the memory
+    replies to the question the seed asks. That is evidence, not adjacency."""
+    return hop.gives_answer or hop.kind == ANSWERS_QUESTION
+
+
+def hop_score(
+    own: float, seed: float, rank: float, hop: Hop, weight: float, preset: Preset
+) -> float:
+    """What a memory reached by a hop scores, from its own fused score (0 when no first-wave
+    source found it), its seed's fused score, and the seed's standing among the seeds (`rank`:
+    1 for the best, sharpened below it: orchestrator.choose_seeds), which is the candidate's
+    score as its hop source gave it.
+
+    A chain that answers stands for the memory: `answer_weight` times the standing of its seed
+    on the scale of the best fused score (times what the memory adds of the query, at most
+    MAX_HOP_GAIN), when that beats the memory's own, which still orders such chains — the
+    deadline the best seed's project names comes first. Any other hop is adjacency: it adds a
+    bounded credit, at most `hop_credit` times the seed's own score, to what the memory scores
+    by itself — a neighbour that shares nothing with the question never outranks its seed, and
+    a turn that matches the question and sits beside the best match gains a little."""
+    if answers(hop):
+        chain = preset.answer_weight * rank * min(hop.gain, MAX_HOP_GAIN)
+        return chain + OWN_SHARE * own if chain > own else own
+    return own + preset.hop_credit * weight * HOP_KIND_WEIGHTS.get(hop.kind, 1.0) * seed
 
 
 @dataclass(frozen=True)
 class Expanded:
     """What expansion added: per candidate, how it was reached, and the chain's text (seed
-    and memory together) where the chain, not the memory alone, gives its score."""
+    and memory together) where an answering chain, not the memory alone, gives its score."""
 
     vias: dict[int, list[str]]
     chain_text: dict[int, str]
-    # Memories a chain reached that give the kind of answer asked for (and whose seed does not).
+    # Memories a chain reached that answer the question (`answers`).
     answering: frozenset[int] = frozenset()
 
 
 def expand(
-    fused: dict[int, Fused],
-    per_source: Mapping[Source, Sequence[Candidate]],
-    weights: Mapping[Source, float],
-    answer_weight: float = 1.0,
+    fused: dict[int, Fused], per_source: Mapping[Source, Sequence[Candidate]], preset: Preset
 ) -> tuple[dict[int, Fused], Expanded]:
-    """Add what the expansion sources reached. Each scores the chain seed -> memory; the best
-    chain, times its source's weight, stands for the memory when it beats the memory's own
-    fused score (a reply outranks the question it answers; a deadline reached through a
-    project's name outranks the meeting that named it)."""
+    """Add what the expansion sources reached, each memory scored by its best hop (hop_score)
+    from its seed's fused score; a seed the caller named and no source found counts as the
+    best fused score."""
     out = dict(fused)
+    top = max((f.score for f in fused.values()), default=1.0)
+    seed_score = {f.candidate.external_id: f.score for f in fused.values()}
     best: dict[int, tuple[float, Candidate]] = {}
     vias: dict[int, list[str]] = {}
     answering: set[int] = set()
     for source in EXPANSION_SOURCES:
+        w = preset.expansion.get(source, 0.0)
+        if w <= 0:
+            continue
         for c in per_source.get(source, ()):
-            w = weights.get(source, 0.0)
-            if c.answers and w > 0:  # the chain answers the question: the seed only leads there
-                w = max(w, answer_weight)
+            hop = c.hop
+            if hop is None:
+                continue
+            if source == Source.ENTITY and not answers(hop) and hop.added < MIN_ENTITY_ADDED:
+                continue
+            own = fused[c.id].score if c.id in fused else 0.0
+            seed = seed_score.get(hop.seed, top)
+            score = hop_score(own, seed, c.score * top, hop, w, preset)
+            if answers(hop):
                 answering.add(c.id)
             f = out.get(c.id) or Fused(c, {}, 0.0)
             out[c.id] = replace(f, signals={**f.signals, source.value: c.score})
-            if c.id not in best or w * c.score > best[c.id][0]:
-                best[c.id] = (w * c.score, c)
+            if c.id not in best or score > best[c.id][0]:
+                best[c.id] = (score, c)
             if c.via:
                 vias.setdefault(c.id, []).append(c.via)
     chain_text: dict[int, str] = {}
     for cid, (b, c) in best.items():
         f = out[cid]
         if b > f.score:
-            # The chain stands for the memory; the memory's own match still orders chains.
-            out[cid] = Fused(f.candidate, {**f.signals, "expansion": b}, b + OWN_SHARE * f.score)
-            if c.seed_text:
+            out[cid] = Fused(f.candidate, {**f.signals, "expansion": b}, b)
+            if c.hop is not None and answers(c.hop) and c.hop.seed_text:
                 chain_text[cid] = (
-                    c.seed_text + "\n" + (f.candidate.title or "") + f.candidate.content
+                    c.hop.seed_text + "\n" + (f.candidate.title or "") + f.candidate.content
                 )
     return out, Expanded(vias, chain_text, frozenset(answering))
 
@@ -422,9 +477,7 @@ def rerank(
     """Fuse, add what expansion reached, admit the top `rerank_top` by quotas (window first),
     add the character n-gram signal, decay by age, dedupe, threshold, diversify, label and
     explain."""
-    fused, expanded = expand(
-        fuse_first_wave(per_source, preset), per_source, preset.expansion, preset.answer_weight
-    )
+    fused, expanded = expand(fuse_first_wave(per_source, preset), per_source, preset)
     first = preset.window is WindowMode.FIRST and window is not None
 
     def placed(c: Candidate) -> float:

@@ -18,6 +18,7 @@ from retrieval.models import Source
 from retrieval.nlp import JapaneseNLP
 from retrieval.orchestrator import Orchestrator
 from retrieval.replicas import ReadRouter, Replica
+from retrieval.retokenize import outdated
 
 logger = logging.getLogger(__name__)
 
@@ -51,10 +52,14 @@ async def migrate_database(dsn: str, embedding_dim: int, timezone: str = "Asia/T
 
 
 async def _check_store(pool: asyncpg.Pool, embedder: Embedder) -> dict[str, str]:
-    """Refuse a store of another embedding model; name what this server lacks (pg_trgm)."""
+    """Refuse a store of another embedding model; warn of terms made by another tokenizer;
+    name what this server lacks (pg_trgm)."""
     async with pool.acquire() as conn:
         await check_embedding_model(conn, embedder.name, embedder.dim)
         trgm = await conn.fetchrow(TRIGRAM_READY)
+    stale = await outdated(pool)
+    if stale is not None:
+        logger.warning("%s", stale)
     if trgm["indexed"]:
         return {}
     why = "is not installed" if not trgm["extension"] else "has no index on memories.content"

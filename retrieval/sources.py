@@ -18,7 +18,7 @@ import asyncpg
 import numpy as np
 
 from retrieval.answers import AnswerKind, gives, mentions
-from retrieval.models import Candidate, Filters, QueryIntent, Source, TimeRange
+from retrieval.models import Candidate, Filters, Hop, QueryIntent, Source, TimeRange
 from retrieval.nlp import normalize_entity
 
 _COLS = "m.id, m.external_id, m.content, m.title, m.memory_type, m.source_type, m.metadata, m.created_at, m.embedding"
@@ -286,8 +286,6 @@ async def keyword(ctx: SearchContext) -> list[Candidate]:
             return []
         terms = [r["term"] for r in stats]
         ctx.debug["keyword_terms"] = terms
-        # The expansion sources weigh what a hop adds by these terms' IDF.
-        ctx.debug["query_terms"] = (terms, [float(r["idf"]) for r in stats])
         rows = await conn.fetch(
             KEYWORD_SQL,
             *ctx.where_args(),
@@ -384,10 +382,8 @@ async def trigram(ctx: SearchContext) -> list[Candidate]:
 
 
 # --- Expansion: a second wave from the seeds (the first wave's best candidates). ---
-
-# How much of a seed's score a link passes on, by label: a reply answers its question.
-LINK_WEIGHTS = {"reply_to": 1.0, "continuation": 0.9, "caused_by": 0.8, "same_topic": 0.7}
-ANSWER_WEIGHT = 1.1
+# These sources only fetch what a seed reaches and say how (Candidate.hop); how much a hop
+# counts is the reranker's policy (rerank.expand).
 
 _SEEDS = "unnest($6::text[], $7::float8[]) AS s(ext, score)"
 
@@ -417,12 +413,14 @@ SELECT {_COLS}, l.seed, l.score AS seed_score, l.label, l.dir, sm.content AS see
 FROM l JOIN memories m ON m.namespace = $1 AND m.external_id = l.other
 JOIN memories sm ON sm.namespace = $1 AND sm.external_id = l.seed
 WHERE {_WHERE}
+ORDER BY l.score DESC, m.created_at, m.id
 LIMIT $8"""
 
 # Returns live memories that name an entity one of the seeds names: a bridge, so not one the
 # query itself names ($14, the normalised query: what the query names, the first wave already
-# searched for). Entities named by more memories than $8 or than a share $11 of the namespace
-# (at least 5; counted up to that cap + 1), or by fewer than $9 seeds, are skipped.
+# searched for). Entities named by more memories than $11 or than a share $13 of the namespace
+# (at least 5; counted up to that cap + 1), or by fewer than $12 seeds, are skipped. Each
+# memory once (by its best seed), the $8 reached through the best seeds.
 ENTITY_SQL = f"""
 WITH s AS (SELECT * FROM {_SEEDS}),
 ent AS (
@@ -431,23 +429,25 @@ ent AS (
   FROM s JOIN memories sm ON sm.namespace = $1 AND sm.external_id = s.ext
   JOIN memory_entities e ON e.memory_id = sm.id
   WHERE strpos($14, e.entity) = 0
-  GROUP BY e.entity HAVING count(*) >= $9),
+  GROUP BY e.entity HAVING count(*) >= $12),
 cap AS (
-  SELECT least($8::float8, greatest(5, $11::float8 * coalesce(max(doc_count), 0)))::int AS n
+  SELECT least($11::float8, greatest(5, $13::float8 * coalesce(max(doc_count), 0)))::int AS n
   FROM namespace_stats WHERE namespace = $1),
 rare AS (
   SELECT ent.* FROM ent, cap
   WHERE (SELECT count(*) FROM (SELECT 1 FROM memory_entities x
                                WHERE x.namespace = $1 AND x.entity = ent.entity LIMIT cap.n + 1) c) <= cap.n)
-SELECT DISTINCT ON (m.id) {_COLS}, rare.seed, rare.score AS seed_score, rare.entity, sm.content AS seed_text,
-       {_coverage(12)}, coalesce(m.term_tf ? $15, false) AS has_focus,
-       coalesce(sm.term_tf ? $15, false) AS seed_has_focus
-FROM rare JOIN memory_entities e ON e.namespace = $1 AND e.entity = rare.entity
-JOIN memories m ON m.id = e.memory_id
-JOIN memories sm ON sm.namespace = $1 AND sm.external_id = rare.seed
-WHERE {_WHERE} AND m.id <> sm.id
-ORDER BY m.id, rare.score DESC
-LIMIT $10"""
+SELECT * FROM (
+  SELECT DISTINCT ON (m.id) {_COLS}, rare.seed, rare.score AS seed_score, rare.entity, sm.content AS seed_text,
+         {_coverage(9)}, coalesce(m.term_tf ? $15, false) AS has_focus,
+         coalesce(sm.term_tf ? $15, false) AS seed_has_focus
+  FROM rare JOIN memory_entities e ON e.namespace = $1 AND e.entity = rare.entity
+  JOIN memories m ON m.id = e.memory_id
+  JOIN memories sm ON sm.namespace = $1 AND sm.external_id = rare.seed
+  WHERE {_WHERE} AND m.id <> sm.id
+  ORDER BY m.id, rare.score DESC) AS hit
+ORDER BY hit.seed_score DESC, hit.created_at, hit.id
+LIMIT $8"""
 
 # Returns live memories in the thread of a seed, with that seed.
 THREAD_SQL = f"""
@@ -460,6 +460,7 @@ SELECT {_COLS}, t.seed, t.score AS seed_score, t.thread, sm.content AS seed_text
 FROM t JOIN memories m ON m.namespace = $1 AND m.thread = t.thread
 JOIN memories sm ON sm.namespace = $1 AND sm.external_id = t.seed
 WHERE {_WHERE} AND m.id <> sm.id
+ORDER BY t.score DESC, abs(extract(epoch FROM m.created_at - sm.created_at)), m.id
 LIMIT $8"""
 
 
@@ -469,50 +470,17 @@ def _seed_args(ctx: SearchContext) -> tuple[list[str], list[float]]:
     return [x for x, _ in ctx.seeds], [float(sc) for _, sc in ctx.seeds]
 
 
-def _query_terms(ctx: SearchContext) -> tuple[list[str], list[float]]:
-    terms, idfs = ctx.debug.get("query_terms", ([], []))
-    return list(terms), list(idfs)
-
-
-# An entity hop counts only where the memory adds at least this share of the query's IDF mass
-# to the seed: the deadline of the project the meeting named adds the question's 締め切り; a
-# passage that shares a name and adds one common word adds little.
-MIN_ENTITY_ADDED = 0.1
-# A chain whose memory holds the question's focus (and whose seed does not) may pass on this
-# much more. Measured (docs/benchmarks.md): 1.4 took multi-hop dev MRR@10 from 0.627 to 0.724
-# but cost JSQuAD dev 0.4 and JaQuAD-semantic 0.8 points against 1.0, where the focus is an
-# answer type (略称, 曲, 国) that a neighbouring passage holds and the right one does not; so
-# it is off (1.0), and the reason still says when a hop holds what was asked.
-FOCUS_BOOST = 1.0
-
-
-def _added(r: asyncpg.Record, query_idf: float) -> float:
-    """The share of the query's IDF mass that the memory holds and the seed does not."""
-    seed_cov, union_cov = float(r["seed_cov"]), float(r["union_cov"])
-    return max(union_cov - seed_cov, 0.0) / query_idf if query_idf > 1e-9 else 0.0
-
-
-# What a hop can add: at most this multiple of the seed's own share of the query.
-MAX_HOP_GAIN = 2.0
-
-
-def _chain(r: asyncpg.Record, c: Candidate, weight: float, via: str) -> Candidate:
-    """The candidate scored as the chain seed -> memory: the seed's score, times how much more
-    of the query (by IDF) the two hold together than the seed alone, times the hop's weight."""
-    seed_cov, union_cov = float(r["seed_cov"]), float(r["union_cov"])
-    gain = min(union_cov / seed_cov, MAX_HOP_GAIN) if seed_cov > 0 else 1.0
-    c.score = c.score * gain * weight
-    c.via = via
-    c.seed_text = r["seed_text"]
-    return c
-
-
-def _best(cands: list[Candidate], k: int) -> list[Candidate]:
-    best: dict[int, Candidate] = {}
-    for c in cands:
-        if c.id not in best or c.score > best[c.id].score:
-            best[c.id] = c
-    return sorted(best.values(), key=lambda c: c.score, reverse=True)[:k]
+async def query_terms(
+    conn: asyncpg.Connection, ctx: SearchContext
+) -> tuple[list[str], list[float]]:
+    """The query's keyword terms that this namespace holds, with their IDF (what a hop adds is
+    weighed by them). Each hop source asks on its own connection: it depends on no other leg."""
+    if not ctx.intent.keywords:
+        return [], []
+    stats = await conn.fetch(
+        TERM_STATS_SQL, ctx.filters.namespace, " ".join(ctx.intent.keywords), timeout=ctx.timeout_s
+    )
+    return [r["term"] for r in stats], [float(r["idf"]) for r in stats]
 
 
 # A memory answers "when" by stating one date (「アカネの提出期限は2月9日」); a passage with
@@ -521,99 +489,115 @@ def _best(cands: list[Candidate], k: int) -> list[Candidate]:
 ANSWER_MAX_MENTIONS = 1
 
 
-def _answering(
-    ctx: SearchContext, c: Candidate, r: asyncpg.Record, via: str, seeds: dict[str, bool]
-) -> str:
-    """Mark the candidate as answering when it states the kind of answer asked for ("date",
-    "amount") and its seed (`r`'s) states none — the hop reaches the answer, the seed only names
-    the way there — and return its `via` saying so. `seeds` keeps, per seed, whether it states
-    one: a seed leads to many rows of a source."""
-    c.answers = False
+def _hop(
+    ctx: SearchContext,
+    c: Candidate,
+    r: asyncpg.Record,
+    kind: str,
+    via: str,
+    seeds: dict[str, bool],
+    query_idf: float,
+) -> Candidate:
+    """Say how the candidate was reached from its seed (`r`'s): by what, what it adds of the
+    query, and whether it gives the kind of answer asked for ("date", "amount") where the seed
+    gives none — the hop reaches the answer, the seed only names the way there. `seeds` keeps,
+    per seed, whether it states one: a seed leads to many rows of a source."""
+    seed_cov, union_cov = float(r["seed_cov"]), float(r["union_cov"])
+    gives_answer = False
     if ctx.intent.asks is not None:
-        kind = AnswerKind(ctx.intent.asks)
-        said = mentions(kind, (c.title or "") + c.content, most=ANSWER_MAX_MENTIONS + 1)
+        kind_asked = AnswerKind(ctx.intent.asks)
+        said = mentions(kind_asked, (c.title or "") + c.content, most=ANSWER_MAX_MENTIONS + 1)
         if 0 < said <= ANSWER_MAX_MENTIONS:
             if r["seed"] not in seeds:
-                seeds[r["seed"]] = gives(kind, r["seed_text"] or "")
-            c.answers = not seeds[r["seed"]]
-        if c.answers:
-            via += f", gives the asked {kind.value}"
-    return via
+                seeds[r["seed"]] = gives(kind_asked, r["seed_text"] or "")
+            gives_answer = not seeds[r["seed"]]
+        if gives_answer:
+            via += f", gives the asked {kind_asked.value}"
+    c.via = via
+    c.hop = Hop(
+        seed=r["seed"],
+        kind=kind,
+        seed_text=r["seed_text"] or "",
+        added=max(union_cov - seed_cov, 0.0) / query_idf if query_idf > 1e-9 else 0.0,
+        gain=union_cov / seed_cov if seed_cov > 0 else 1.0,
+        gives_answer=gives_answer,
+    )
+    return c
+
+
+def _best(cands: list[Candidate], k: int) -> list[Candidate]:
+    """Each memory once (by its best seed), the k best."""
+    best: dict[int, Candidate] = {}
+    for c in cands:
+        if c.id not in best or c.score > best[c.id].score:
+            best[c.id] = c
+    return sorted(best.values(), key=lambda c: c.score, reverse=True)[:k]
 
 
 async def _hop_rows(
-    ctx: SearchContext, sql: str, source: Source
-) -> list[tuple[asyncpg.Record, Candidate]]:
-    """The rows a hop query (links, thread: filters, seeds, limit, query terms) returns, each
-    with its candidate scored by its seed."""
+    ctx: SearchContext, sql: str, source: Source, *extra: Any
+) -> tuple[list[tuple[asyncpg.Record, Candidate]], float]:
+    """The rows a hop query (filters, seeds, limit, query terms, extra) returns, each with its
+    candidate scored by its seed's score; and the query's IDF mass."""
     ext, scores = _seed_args(ctx)
     async with leg_connection(ctx) as conn:
+        terms, idfs = await query_terms(conn, ctx)
         rows = await conn.fetch(
-            sql, *ctx.where_args(), ext, scores, 4 * ctx.k, *_query_terms(ctx),
+            sql, *ctx.where_args(), ext, scores, 4 * ctx.k, terms, idfs, *extra,
             timeout=ctx.timeout_s,
         )  # fmt: skip
-    return list(zip(rows, _rows(rows, source, score_key="seed_score"), strict=True))
+    pairs = list(zip(rows, _rows(rows, source, score_key="seed_score"), strict=True))
+    return pairs, sum(idfs)
 
 
 async def links(ctx: SearchContext) -> list[Candidate]:
     """Memories one link from a seed: replies, the question replied to, related topics."""
     out: list[Candidate] = []
     seeds: dict[str, bool] = {}
-    for r, c in await _hop_rows(ctx, LINKS_SQL, Source.LINKS):
-        # A reply to a question is its answer: it passes on more than the question's own score.
-        answers = r["label"] == "reply_to" and r["dir"] == "from" and r["seed_asks"]
-        weight = ANSWER_WEIGHT if answers else LINK_WEIGHTS.get(r["label"], 0.5)
-        via = f"linked {r['label']} {'from' if r['dir'] == 'to' else 'to'} {r['seed']}"
-        out.append(_chain(r, c, weight, _answering(ctx, c, r, via, seeds)))
+    pairs, q_idf = await _hop_rows(ctx, LINKS_SQL, Source.LINKS)
+    for r, c in pairs:
+        # A reply to a seed that asks is that question's answer.
+        if r["label"] == "reply_to" and r["dir"] == "from" and r["seed_asks"]:
+            kind, via = REPLY_TO_QUESTION, f"replies to the question {r['seed']}"
+        else:
+            kind = r["label"]
+            via = f"linked {r['label']} {'from' if r['dir'] == 'to' else 'to'} {r['seed']}"
+        out.append(_hop(ctx, c, r, kind, via, seeds, q_idf))
     return _best(out, ctx.k)
+
+
+# Hop.kind of a reply to a seed that asks a question (the other links keep their label).
+REPLY_TO_QUESTION = "answers_question"
 
 
 async def entity(ctx: SearchContext) -> list[Candidate]:
     """Memories naming what a seed names (「アオバ」, 山田真由), unless too common to mean anything."""
-    ext, scores = _seed_args(ctx)
-    async with leg_connection(ctx) as conn:
-        rows = await conn.fetch(
-            ENTITY_SQL,
-            *ctx.where_args(),
-            ext,
-            scores,
-            ctx.entity_max_df,
-            ctx.entity_min_seeds,
-            4 * ctx.k,
-            ENTITY_MAX_DF_SHARE,
-            *_query_terms(ctx),
-            normalize_entity(ctx.intent.query),
-            ctx.intent.focus,
-            timeout=ctx.timeout_s,
-        )
-    # A shared name is a bridge only where the memory supplies what the seed misses of the
-    # query (the deadline of the project the meeting named); a memory that adds little of it
-    # is a neighbour, not an answer.
-    q_idf = sum(_query_terms(ctx)[1])
+    pairs, q_idf = await _hop_rows(
+        ctx,
+        ENTITY_SQL,
+        Source.ENTITY,
+        ctx.entity_max_df,
+        ctx.entity_min_seeds,
+        ENTITY_MAX_DF_SHARE,
+        normalize_entity(ctx.intent.query),
+        ctx.intent.focus,
+    )
     out: list[Candidate] = []
     seeds: dict[str, bool] = {}
-    for r, c in zip(rows, _rows(rows, Source.ENTITY, score_key="seed_score"), strict=True):
-        # The memory holds what the question asks about (its 締め切り) and the seed does not.
-        c.answers_focus = bool(r["has_focus"]) and not r["seed_has_focus"]
+    for r, c in pairs:
         via = f"shares 「{r['entity']}」 with {r['seed']}"
-        if c.answers_focus:
+        # The memory holds what the question asks about (its 締め切り) and the seed does not.
+        if r["has_focus"] and not r["seed_has_focus"]:
             via += f", holds the asked 「{ctx.intent.focus}」"
-        via = _answering(ctx, c, r, via, seeds)
-        # A memory that gives the date or the sum asked for (and the seed does not) answers,
-        # however it words what it gives: 提出期限 for 締め切り adds no query word.
-        if not c.answers and _added(r, q_idf) < MIN_ENTITY_ADDED:
-            continue
-        out.append(_chain(r, c, FOCUS_BOOST if c.answers_focus else 1.0, via))
+        out.append(_hop(ctx, c, r, "entity", via, seeds, q_idf))
     return _best(out, ctx.k)
 
 
 async def thread(ctx: SearchContext) -> list[Candidate]:
-    """Memories of a seed's thread."""
+    """Memories of a seed's thread, nearest in time to the seed first."""
     seeds: dict[str, bool] = {}
-    out = [
-        _chain(r, c, 1.0, _answering(ctx, c, r, f"same thread as {r['seed']}", seeds))
-        for r, c in await _hop_rows(ctx, THREAD_SQL, Source.THREAD)
-    ]
+    pairs, q_idf = await _hop_rows(ctx, THREAD_SQL, Source.THREAD)
+    out = [_hop(ctx, c, r, "thread", f"same thread as {r['seed']}", seeds, q_idf) for r, c in pairs]
     return _best(out, ctx.k)
 
 

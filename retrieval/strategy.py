@@ -48,9 +48,13 @@ class Preset:
     # reaches. Empty = no expansion.
     expansion: Mapping[Source, float] = field(default_factory=lambda: MappingProxyType({}))
     expand_seeds: int = 5
-    # What a hop passes on, whatever its source, when its memory gives the kind of answer the
-    # question asks for (a date, an amount) and its seed does not (retrieval.answers).
-    answer_weight: float = 1.0
+    # What a chain that answers passes on, as a multiple of its seed's score (rerank.hop_score):
+    # its memory gives the kind of answer the question asks for (a date, an amount) and its seed
+    # does not (retrieval.answers), or it replies to the question its seed asks.
+    answer_weight: float = 1.1
+    # What any other hop adds to the memory's own score, at most: this share of its seed's score
+    # (times the source's expansion weight and the link's kind).
+    hop_credit: float = 0.3
     # Seats among the `rerank_top` candidates kept for each source's own best (a share each),
     # so that no prolific source takes every seat; candidates found by the entity source alone
     # take at most `entity_only_share`. Unfilled seats go to the best remaining by fused score.
@@ -75,6 +79,7 @@ class Preset:
             "expansion": {s.value: w for s, w in self.expansion.items()},
             "expand_seeds": self.expand_seeds,
             "answer_weight": self.answer_weight,
+            "hop_credit": self.hop_credit,
             "max_candidates": self.rerank_top,
             "quotas": {s.value: q for s, q in self.quotas.items()},
             "entity_only_share": self.entity_only_share,

@@ -23,7 +23,7 @@ from types import MappingProxyType
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from retrieval.config import Settings
-from retrieval.evaluate import ensure_index, read_qrels, read_queries, score
+from retrieval.evaluation import ensure_index, read_qrels, read_queries, score
 from retrieval.models import Filters, Fusion, Source
 from retrieval.rerank import rerank
 from retrieval.sources import SOURCES, SearchContext

@@ -7,6 +7,7 @@ import pytest
 
 from retrieval.analyzer import CueDictionary, QueryAnalyzer
 from retrieval.models import QueryType, Strategy
+from retrieval.nlp import english_norm
 from retrieval.strategy import select_strategy
 from tests.helpers import dev_case_ok, shared_file
 
@@ -53,8 +54,14 @@ def test_entities_and_name_terms(analyzer):
 
 def test_english_keywords_folded(analyzer):
     intent = analyzer.analyze("When was the GIN index on memories created?", NOW)
-    assert {"gin", "index", "memory"} <= set(intent.keywords)
-    assert "the" not in intent.keywords
+    assert {"gin", "index", english_norm("memory")} <= set(intent.keywords)
+    assert "the" not in intent.keywords and "when" not in intent.keywords
+    # stemmed alike in queries and memories (a maintained Snowball stemmer, not a plural fold)
+    assert english_norm("painted") == english_norm("paints") == english_norm("painting")
+    # no katakana reading of English words in English text (go -> ゴー, support -> サポート)
+    assert not any(not t.isascii() for t in intent.keywords)
+    # a capitalised question word is no name
+    assert "When" not in intent.name_terms and "GIN" in intent.name_terms
 
 
 def test_dictionary_can_be_replaced_without_code(tmp_path, nlp):

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from retrieval.ingest import ingest, parse_items
-from retrieval.models import Filters, Fused, RetrievalOptions, ScoredResult, Source
+from retrieval.models import Candidate, Filters, Fused, Hop, RetrievalOptions, ScoredResult, Source
 from retrieval.nlp import memory_entities, question_focus
 from retrieval.rerank import admit, diversify, expand
 from retrieval.sources import SearchContext, Skip, recent, states, vector_global
@@ -58,7 +58,7 @@ async def test_a_reply_is_reached_through_its_link_and_answers_the_question(rt, 
     ids = [r.id for r in resp.results]
     assert ids[0] == "reply", ids
     reply = resp.results[0]
-    assert "links" in reply.sources and "linked reply_to to ask" in reply.reason
+    assert "links" in reply.sources and "replies to the question ask" in reply.reason
     off = await _ask(rt, ns, "ヒスイの集まりはどこでやるの", expand=False)
     assert "reply" not in [r.id for r in off.results][:1]
     assert "links" not in off.metadata.search_breakdown
@@ -242,20 +242,57 @@ def test_an_entity_only_memory_that_gives_the_asked_answer_gets_a_seat():
     assert 31 in ids and 30 not in ids and len(top) == 20
 
 
-def test_a_chain_that_answers_passes_on_the_answer_weight():
-    seed_only = cand(1, 0.9, Source.KEYWORD)
-    hop = cand(2, 0.8, Source.ENTITY)
-    hop.answers = True
-    plain = cand(3, 0.8, Source.ENTITY)
-    fused = {1: Fused(seed_only, {"keyword": 0.9}, 0.9)}
-    per = {Source.KEYWORD: [seed_only], Source.ENTITY: [hop, plain]}
-    out, expanded = expand(fused, per, {Source.ENTITY: 0.5}, answer_weight=1.0)
-    assert out[2].signals["expansion"] == pytest.approx(0.8)
-    assert out[3].signals["expansion"] == pytest.approx(0.4)
+def _hop(i: int, score: float, source: Source, seed: str = "m1", **kw) -> Candidate:
+    c = cand(i, score, source)
+    c.hop = Hop(seed=seed, kind=kw.pop("kind", source.value), seed_text="seed", **kw)
+    return c
+
+
+def test_a_chain_that_answers_stands_for_its_memory_and_adjacency_only_adds_a_bounded_credit():
+    """LoCoMo: a thread neighbour inherited its seed's score and buried the answering turn
+    under twelve turns of its session that share no word with the question. A hop now adds at
+    most hop_credit x its seed's score to what the memory scores itself; only a chain that
+    answers (the asked date where the seed has none) stands above its seed."""
+    seed = cand(1, 0.9, Source.KEYWORD)
+    fused = {1: Fused(seed, {"keyword": 0.9}, 0.8)}
+    answer = _hop(2, 1.0, Source.ENTITY, gives_answer=True, added=0.0)
+    plain = _hop(3, 1.0, Source.THREAD)
+    direct = cand(4, 0.5, Source.KEYWORD)
+    fused[4] = Fused(direct, {"keyword": 0.5}, 0.5)
+    near = _hop(4, 1.0, Source.THREAD)
+    little = _hop(5, 1.0, Source.ENTITY, added=0.05)
+    per = {
+        Source.KEYWORD: [seed, direct],
+        Source.ENTITY: [answer, little],
+        Source.THREAD: [plain, near],
+    }
+    out, expanded = expand(fused, per, HYBRID)
+    assert out[2].score == pytest.approx(HYBRID.answer_weight * 0.8) and out[2].score > 0.8
+    credit = HYBRID.hop_credit * HYBRID.expansion[Source.THREAD] * 0.8
+    assert out[3].score == pytest.approx(credit) and out[3].score < out[1].score
+    # a memory that matches and sits beside the seed gains the credit on its own score
+    assert out[4].score == pytest.approx(0.5 + credit)
+    # a shared name that adds too little of the query is no bridge
+    assert 5 not in out
     assert expanded.answering == frozenset({2})
     # A source the preset does not weigh passes on nothing, answering or not.
-    out, expanded = expand(fused, per, {}, answer_weight=1.0)
-    assert "expansion" not in out[2].signals and not expanded.answering
+    out, expanded = expand(fused, per, replace(HYBRID, expansion={}))
+    assert 2 not in out and not expanded.answering
+
+
+def test_a_neighbour_never_outranks_its_seed():
+    """Whatever the scores, a hop that neither answers nor matches stays below its seed."""
+    for seed_score in (0.05, 0.3, 0.7, 1.0):
+        seed = cand(1, seed_score, Source.VECTOR)
+        fused = {1: Fused(seed, {"vector": seed_score}, seed_score)}
+        per = {
+            Source.VECTOR: [seed],
+            Source.LINKS: [_hop(2, 1.0, Source.LINKS, kind="reply_to", gain=2.0)],
+            Source.THREAD: [_hop(3, 1.0, Source.THREAD, seed="s")],
+            Source.ENTITY: [_hop(4, 1.0, Source.ENTITY, added=1.0)],
+        }
+        out, _ = expand(fused, per, HYBRID)
+        assert max(out[i].score for i in (2, 3, 4)) < out[1].score
 
 
 def test_diversify_by_a_metadata_key():

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from retrieval.config import Settings
+from retrieval.context import MAX_CONTEXT_WINDOW
 from retrieval.errors import InvalidInput
 from retrieval.ingest import MAX_ID_CHARS, MemoryIn
 from retrieval.models import QueryIntent, Relevance, SourceStatus, Strategy
@@ -84,6 +85,13 @@ class RetrieveOptionsIn(BaseModel):
         description="A metadata key: at most per_bucket results per value before any repeats.",
     )
     per_bucket: int = Field(default=2, ge=1, le=100)
+    context_window: int = Field(
+        default=1,
+        ge=0,
+        le=MAX_CONTEXT_WINDOW,
+        description="How many memories before and after each result (in its thread, else its "
+        "reply chain) come with it, in its `context`; 0 = none.",
+    )
     add_sources: list[Literal["recent", "states", "vector_global"]] = Field(
         default_factory=list,
         max_length=3,
@@ -106,6 +114,19 @@ class RetrieveRequest(BaseModel):
         return v
 
 
+class ContextOut(BaseModel):
+    """A memory beside a result: position -1 is just before it, 1 just after."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    content: str
+    title: str | None
+    memory_type: str
+    created_at: datetime
+    position: int
+
+
 class ResultOut(BaseModel):
     """One result, read from the core's RetrievalResult (no copy of its fields elsewhere)."""
 
@@ -125,6 +146,10 @@ class ResultOut(BaseModel):
         description="high | medium | near_window (a fuzzy window's soft edge) | outside_window"
     )
     reason: str
+    context: list[ContextOut] = Field(
+        default_factory=list,
+        description="The memories around it in its thread or reply chain (options.context_window).",
+    )
 
     @field_serializer("score")
     def _score(self, v: float) -> float:

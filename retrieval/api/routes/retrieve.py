@@ -44,6 +44,7 @@ async def retrieve(body: RetrieveRequest, rt: RuntimeDep, scope: ScopeDep) -> Re
         diversify_by=o.diversify_by,
         per_bucket=o.per_bucket if o.diversify_by else 0,
         add_sources=tuple(Source(x) for x in o.add_sources),
+        context_window=o.context_window,
     )
     return RetrieveResponse.model_validate(await rt.orchestrator.retrieve(body.query, opts))
 

@@ -1,0 +1,330 @@
+"""`retrieval eval`: index a corpus once (cached by content, model and schema), run labelled
+queries through the real orchestrator, and score the rankings with ranx, overall and per
+question category."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from db.meta import GET_HARNESS_KEY, HAS_MEMORIES, PUT_HARNESS_KEY
+from retrieval.config import Settings
+from retrieval.errors import RetrievalError
+from retrieval.evaluation.data import EvalQuery, read_corpus, read_qrels, read_queries
+from retrieval.ingest import MemoryIn, check_precomputed, embedding_text, ingest, open_vectors
+from retrieval.models import RetrievalOptions, Strategy
+
+logger = logging.getLogger(__name__)
+
+METRICS = ["mrr@10", "hit_rate@1", "hit_rate@5", "ndcg@10", "recall@5", "recall@10", "recall@100"]
+_NAMES = {"hit_rate@1": "hit@1", "hit_rate@5": "hit@5"}
+
+
+def score(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]]) -> dict[str, float]:
+    """ranx metrics over the queries present in both."""
+    from ranx import Qrels, Run, evaluate
+
+    keep = {q: qrels[q] for q in run if q in qrels and any(v > 0 for v in qrels[q].values())}
+    if not keep:
+        return {_NAMES.get(mm, mm): 0.0 for mm in METRICS}
+    # ranx wants every query in the run; a query with no result scores 0 through a dummy doc.
+    full = {q: (run[q] or {"__none__": 0.0}) for q in keep}
+    res = evaluate(Qrels(keep), Run(full), METRICS, make_comparable=True)
+    return {_NAMES.get(k, k): round(float(v), 4) for k, v in res.items()}
+
+
+def cache_key(corpus: Path, model: str, schema: int, vectors: Path | None) -> str:
+    h = hashlib.sha256()
+    with open(corpus, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    from retrieval.nlp import TOKENIZER_VERSION
+
+    h.update(
+        f"|{model}|{schema}|{TOKENIZER_VERSION}|{'vectors' if vectors else 'embedded'}".encode()
+    )
+    return h.hexdigest()[:32]
+
+
+# Returns how many live memories of a namespace lie in [start, end).
+_IN_WINDOW = """
+SELECT count(*) FROM memories WHERE namespace = $1 AND created_at >= $2 AND created_at < $3
+  AND NOT is_archived AND searchable AND (expires_at IS NULL OR expires_at > now())"""
+
+# Removes a namespace's memories (its statistics follow, by trigger) and harness record, and
+# those of its sub-namespaces (`NS:conversation`, a conversation set's).
+_DROP_NAMESPACE = [
+    f"DELETE FROM {table} WHERE namespace = $1 OR starts_with(namespace, $1 || ':')"
+    for table in (
+        "postings",
+        "memories",
+        "memory_links",
+        "term_df",
+        "namespace_stats",
+        "harness_indexes",
+    )
+]
+
+
+# Returns the vectors stored in a namespace and its sub-namespaces, with what they were made of.
+_STORED_VECTORS = """
+SELECT namespace, external_id, title, content, embedding FROM memories
+WHERE namespace = $1 OR starts_with(namespace, $1 || ':')"""
+
+
+class ForeignNamespace(RetrievalError):
+    """The namespace holds memories the harness did not put there; replacing them needs --force."""
+
+
+def sub_namespace(namespace: str, line_namespace: str | None) -> str:
+    """Where the harness puts (and asks about) a corpus line's or a query's own namespace."""
+    return namespace if line_namespace is None else f"{namespace}:{line_namespace}"
+
+
+async def ensure_index(
+    rt: Any, corpus: Path, namespace: str, vectors_path: Path | None, *, force: bool = False
+) -> tuple[bool, float]:
+    """Index the corpus into namespace unless the harness record says it is already there.
+    Lines that name a namespace (a conversation set: one per conversation) go into
+    `namespace:theirs`, the others into namespace itself.
+
+    A namespace that holds memories the harness did not write is refused unless `force`:
+    indexing replaces everything in it."""
+    t0 = time.perf_counter()
+    async with rt.pool.acquire() as conn:
+        schema = await conn.fetchval("SELECT max(version) FROM schema_migrations")
+        stored = await conn.fetchval(GET_HARNESS_KEY, namespace)
+        occupied = await conn.fetchval(HAS_MEMORIES, namespace)
+    key = cache_key(corpus, rt.embedder.name, int(schema or 0), vectors_path)
+    if stored == key:
+        return True, time.perf_counter() - t0
+    if stored is None and occupied and not force:
+        raise ForeignNamespace(
+            f"namespace {namespace!r} holds memories that `retrieval eval` did not index; "
+            "indexing would delete them. Choose another --namespace, or pass --force"
+        )
+    groups = read_corpus(corpus)
+    vectors = None
+    if vectors_path is not None:
+        rows = sorted((row, it) for g in groups.values() for row, it in g)
+        items = [it for _, it in rows]
+        vectors = np.asarray(
+            open_vectors(vectors_path, [it.id for it in items], rt.embedder.dim), np.float32
+        )
+        check_precomputed(rt.embedder, items, vectors)
+    async with rt.pool.acquire() as conn, conn.transaction():
+        # A re-index (a new tokenizer, a new schema) embeds again only what it has no vector
+        # for: the vectors depend on the text and the model, which the key also names.
+        kept = {
+            (r["namespace"], r["external_id"], r["title"], r["content"]): r["embedding"]
+            for r in await conn.fetch(_STORED_VECTORS, namespace, timeout=3600)
+        }
+        for sql in _DROP_NAMESPACE:
+            await conn.execute(sql, namespace, timeout=3600)
+    total = sum(len(g) for g in groups.values())
+    done, batch = 0, 2000
+    for line_ns, group in groups.items():
+        for start in range(0, len(group), batch):
+            chunk = group[start : start + batch]
+            ns = sub_namespace(namespace, line_ns)
+            if vectors is not None:
+                vec = np.ascontiguousarray(vectors[[r for r, _ in chunk]])
+            else:
+                vec = _reuse(rt.embedder, kept, ns, [it for _, it in chunk])
+            await ingest(
+                rt.pool, rt.nlp, rt.embedder, [it for _, it in chunk], namespace=ns, vectors=vec
+            )
+            done += len(chunk)
+            logger.info("indexed %d/%d", done, total)
+    async with rt.pool.acquire() as conn:
+        await conn.execute(PUT_HARNESS_KEY, namespace, key)
+        await conn.execute("ANALYZE memories")
+    return False, time.perf_counter() - t0
+
+
+def _reuse(
+    embedder: Any, kept: dict[tuple[Any, ...], Any], namespace: str, items: list[MemoryIn]
+) -> np.ndarray:
+    """The chunk's vectors: the stored one where the same memory was indexed before, the rest
+    embedded now (as ingest would)."""
+    out = np.zeros((len(items), embedder.dim), np.float32)
+    missing = []
+    for i, it in enumerate(items):
+        v = kept.get((namespace, it.id, it.title, it.content))
+        if v is None:
+            missing.append(i)
+        else:
+            out[i] = np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, np.float32)
+    for start in range(0, len(missing), 32):
+        part = missing[start : start + 32]
+        out[part] = embedder.embed_passages([embedding_text(items[i]) for i in part])
+    return out
+
+
+async def run_eval(
+    rt: Any,
+    queries: list[EvalQuery],
+    qrels: dict[str, dict[str, int]],
+    *,
+    namespace: str,
+    strategy: str = "auto",
+    limit: int = 100,
+    expand: bool = True,
+) -> dict[str, Any]:
+    """Run every query through the orchestrator (a query that names its namespace is asked in
+    `namespace:its own`); return metrics, latency (whole and per stage), and the metrics per
+    strategy used and per question category."""
+    run: dict[str, dict[str, float]] = {}
+    used: dict[str, str] = {}
+    latencies = []
+    stages: dict[str, list[float]] = defaultdict(list)
+    windowed = violations = 0
+    force = None if strategy == "auto" else Strategy(strategy)
+    for q in queries:
+        ns = sub_namespace(namespace, q.namespace)
+        t = time.perf_counter()
+        resp = await rt.orchestrator.retrieve(
+            q.text,
+            RetrievalOptions(
+                namespace=ns,
+                limit=limit,
+                now=q.now,
+                force_strategy=force,
+                log_run=False,
+                expand=expand,
+            ),
+        )
+        latencies.append((time.perf_counter() - t) * 1000.0)
+        for stage, ms in resp.metadata.stage_latency_ms.items():
+            stages[stage].append(ms)
+        for src, rep in resp.metadata.search_breakdown.items():
+            if rep.status == "ok":
+                stages[f"source_{src}"].append(rep.latency_ms)
+        # ranx ranks by score; rank-derived scores keep our order exactly (ties included).
+        n = len(resp.results)
+        run[q.id] = {r.id: float(n - i) for i, r in enumerate(resp.results)}
+        used[q.id] = resp.metadata.strategy_used.value
+        tr = resp.metadata.query_intent.time_range
+        start, end = (tr.outer_start, tr.outer_end) if tr is not None else (None, None)
+        if start is not None and end is not None:
+            # The promise of a named window: nothing from outside it (with its soft edges, when
+            # fuzzy) in the top 5 while the window itself holds at least 5 memories.
+            async with rt.pool.acquire() as conn:
+                held = await conn.fetchval(_IN_WINDOW, ns, start, end)
+            if held >= 5:
+                windowed += 1
+                violations += any(not (start <= r.created_at < end) for r in resp.results[:5])
+    out: dict[str, Any] = {"n_queries": len(queries), **score(qrels, run)}
+    out.update(percentiles(latencies))
+    out["windowed_queries"] = windowed
+    out["window_violations"] = violations
+    out["stages"] = {k: percentiles(v) for k, v in sorted(stages.items())}
+    if strategy == "auto":
+        out["by_strategy"] = _split(qrels, run, used)
+    categories = {q.id: q.category for q in queries if q.category}
+    if categories:
+        out["by_category"] = _split(qrels, run, categories)
+    out["_run"] = run
+    return out
+
+
+def percentiles(ms: list[float]) -> dict[str, float]:
+    """p50 / p95 / p99 of a list of milliseconds (zeros when empty)."""
+    lat = np.asarray(ms) if ms else np.zeros(1)
+    return {f"p{p}_ms": round(float(np.percentile(lat, p)), 2) for p in (50, 95, 99)}
+
+
+def _split(
+    qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]], label: dict[str, str]
+) -> dict[str, dict[str, float]]:
+    """The metrics of each group of queries (by a label per query id)."""
+    by: dict[str, list[str]] = defaultdict(list)
+    for qid, x in label.items():
+        by[x].append(qid)
+    return {
+        x: {"n_queries": len(ids), **score(qrels, {i: run[i] for i in ids if i in run})}
+        for x, ids in sorted(by.items())
+    }
+
+
+def corpus_namespace(corpus: Path) -> str:
+    """The namespace the harness indexes a corpus into unless told: one per corpus file."""
+    return "eval-" + hashlib.sha1(str(corpus.resolve()).encode()).hexdigest()[:12]
+
+
+def eval_settings(settings: Settings, limit: int) -> Settings:
+    """The settings an evaluation runs with: no run log, the limit it asks for, and no
+    server-side deadline (indexing a corpus writes thousands of memories a statement)."""
+    return settings.model_copy(
+        update={
+            "max_limit": max(settings.max_limit, limit),
+            "log_runs": False,
+            "statement_timeout_ms": 0,
+        }
+    )
+
+
+async def run_eval_cli(settings: Settings, args: argparse.Namespace) -> int:
+    """The `retrieval eval` command."""
+    from retrieval.runtime import open_runtime
+
+    queries = read_queries(args.queries)
+    if args.max_queries:
+        queries = queries[: args.max_queries]
+    qrels = read_qrels(args.qrels)
+    namespace = args.namespace or corpus_namespace(args.corpus)
+    rt = await open_runtime(eval_settings(settings, args.limit))
+    try:
+        cached, secs = await ensure_index(
+            rt, args.corpus, namespace, args.embeddings, force=args.force
+        )
+        print(
+            f"index {'reused' if cached else 'built'} in {secs:.1f} s (namespace {namespace})",
+            file=sys.stderr,
+        )
+        res = await run_eval(
+            rt,
+            queries,
+            qrels,
+            namespace=namespace,
+            strategy=args.strategy,
+            limit=args.limit,
+            expand=not args.no_expand,
+        )
+    finally:
+        await rt.close()
+    res.pop("_run")
+    if args.json:
+        print(json.dumps(res, ensure_ascii=False))
+    else:
+        for k, v in res.items():
+            if k not in ("by_strategy", "by_category", "stages"):
+                print(f"{k:12s} {v}")
+        for group in ("by_strategy", "by_category"):
+            for s, sub in res.get(group, {}).items():
+                print(f"  {s:14s} " + "  ".join(f"{k}={v}" for k, v in sub.items()))
+    return 0
+
+
+__all__ = [
+    "EvalQuery",
+    "ForeignNamespace",
+    "corpus_namespace",
+    "ensure_index",
+    "eval_settings",
+    "percentiles",
+    "read_qrels",
+    "read_queries",
+    "run_eval",
+    "run_eval_cli",
+    "score",
+]

@@ -1,0 +1,71 @@
+"""`retrieval retokenize`: make every memory's index terms again with this version's tokenizer
+(after an upgrade that changed them: English stemming in tokenizer 4), resumably."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import asyncpg
+
+from db import terms as db_terms
+from retrieval.ingest import passage_text_of
+from retrieval.nlp import TOKENIZER_VERSION, JapaneseNLP
+
+logger = logging.getLogger(__name__)
+
+BATCH = 500
+
+
+async def outdated(pool: asyncpg.Pool) -> str | None:
+    """A sentence saying the store's terms were made by another tokenizer, or None."""
+    async with pool.acquire() as conn:
+        got = await db_terms.stored_version(conn, TOKENIZER_VERSION)
+        _, resumed = await db_terms.progress(conn)
+    if got == TOKENIZER_VERSION and not resumed:
+        return None
+    made = f"tokenizer {got}" if got else "a tokenizer before version 4"
+    return (
+        f"the stored memories' keyword terms were made by {made}, this is {TOKENIZER_VERSION}: "
+        "run `retrieval retokenize` (English words are now stemmed; until then they match less)"
+    )
+
+
+def _terms(nlp: JapaneseNLP, texts: list[str]) -> list[list[str]]:
+    return [nlp.terms(t) for t in texts]
+
+
+async def retokenize(
+    pool: asyncpg.Pool,
+    nlp: JapaneseNLP,
+    *,
+    batch: int = BATCH,
+    log: Callable[[str], None] | None = None,
+) -> int:
+    """Replace the terms of every memory, namespace by namespace in id order, from where an
+    earlier run stopped; returns how many memories were read."""
+    async with pool.acquire() as conn:
+        start_ns, last = await db_terms.progress(conn)
+        namespaces = [r["namespace"] for r in await conn.fetch(db_terms.NAMESPACES_FROM, start_ns)]
+    done = 0
+    for ns in namespaces:
+        after = last if ns == start_ns else 0
+        while True:
+            async with pool.acquire() as conn:
+                rows = await conn.fetch(db_terms.NEXT_BATCH, ns, after, batch)
+            if not rows:
+                break
+            texts = [passage_text_of(r["title"], r["content"]) for r in rows]
+            new = await asyncio.to_thread(_terms, nlp, texts)
+            ids = [r["id"] for r in rows]
+            await db_terms.replace_terms(pool, ns, ids, new)
+            after = ids[-1]
+            done += len(rows)
+            if log is not None:
+                log(f"{ns}: {done} memories re-tokenized")
+    await db_terms.finish(pool, TOKENIZER_VERSION)
+    return done
+
+
+__all__ = ["BATCH", "outdated", "retokenize"]
