@@ -332,7 +332,7 @@ class Orchestrator:
             m.SOURCE_TIMEOUTS.labels(CONTEXT).inc()
             why = f"timed out after {timeout * 1000:.0f} ms"
             return SourceReport(CONTEXT, ms, 0, SourceStatus.TIMEOUT, why)
-        except (asyncpg.PostgresError, OSError, asyncpg.exceptions.InterfaceError) as exc:
+        except Exception as exc:  # the results stand without their context (a source's rule)
             ms = (time.perf_counter() - t) * 1000.0
             m.SOURCE_ERRORS.labels(CONTEXT).inc()
             logger.warning("context of the results failed: %r", exc)

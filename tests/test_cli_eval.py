@@ -35,7 +35,8 @@ def test_analyze_json(capsys):
     assert out["strategy"] == "temporal" and out["time_range"]["relative"] == "last_week"
     assert out["time_range"]["start"].startswith("2026-11-09") and "intent" in out["keywords"]
     assert set(out) >= {"query_type", "keywords", "entities", "time_range", "strategy", "params"}
-    assert out["asks"] is None and out["params"]["answer_weight"] == 1.0
+    assert out["asks"] is None and out["params"]["answer_weight"] == 1.1
+    assert out["params"]["hop_credit"] == 0.3
     assert main(["analyze", "アオバの納期はいつ？", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["asks"] == "date" and out["focus"] == "納期"
@@ -214,3 +215,107 @@ def test_vector_probe_passes_here():
     from db.vector_probe import main as probe
 
     assert probe() == 0
+
+
+def _conversation_set(root: Path) -> Path:
+    """A LoCoMo-shaped set: two conversations (a namespace each), questions asked in one."""
+    d = root / "locomo_dev"
+    d.mkdir(parents=True)
+    turns = {
+        "conv-a": [
+            "Anna: I adopted a grey kitten called Pebble last weekend.",
+            "Ben: Congrats! How is Pebble settling in?",
+            "Anna: She sleeps on my keyboard all day.",
+        ],
+        "conv-b": [
+            "Carl: I adopted a grey kitten called Pebble too, funny coincidence.",
+            "Dana: I started painting watercolours of the harbour.",
+        ],
+    }
+    lines = []
+    for conv, texts in turns.items():
+        for i, text in enumerate(texts):
+            lines.append(
+                {
+                    "namespace": conv,
+                    "id": f"{conv}.D1:{i + 1}",
+                    "content": text,
+                    "created_at": f"2023-05-08T13:56:0{i}+00:00",
+                    "thread": "session_1",
+                    "memory_type": "dialog",
+                }
+            )
+    (d / "memories.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    queries = [
+        ("q1", "conv-a", "What is the name of Anna's kitten?", "single-hop", ["conv-a.D1:1"]),
+        ("q2", "conv-a", "Where does Pebble sleep?", "single-hop", ["conv-a.D1:3"]),
+        ("q3", "conv-b", "What does Dana paint?", "multi-hop", ["conv-b.D1:2"]),
+    ]
+    (d / "queries.jsonl").write_text(
+        "\n".join(
+            json.dumps(
+                {"namespace": ns, "qid": q, "query": t, "category": c, "relevant": r,
+                 "now": "2023-06-01T00:00:00+00:00"}
+            )
+            for q, ns, t, c, r in queries
+        ) + "\n"
+    )  # fmt: skip
+    (d / "qrels.tsv").write_text(
+        "".join(f"{q}\t0\t{r}\t1\n" for q, _, _, _, rel in queries for r in rel)
+    )
+    return d
+
+
+def test_eval_on_a_conversation_set(env, tmp_path, capsys):
+    """Memories and questions name their namespace (one per conversation), qrels come in TREC's
+    four columns, and the metrics are split by question category."""
+    d = _conversation_set(tmp_path)
+    args = ["eval", "--corpus", str(d / "memories.jsonl"), "--queries", str(d / "queries.jsonl")]
+    assert main([*args, "--qrels", str(d / "qrels.tsv"), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert got["n_queries"] == 3 and got["hit@5"] == 1.0 and got["recall@10"] == 1.0
+    assert set(got["by_category"]) == {"single-hop", "multi-hop"}
+    assert got["by_category"]["single-hop"]["n_queries"] == 2
+    assert {"p50_ms", "p95_ms", "p99_ms"} <= set(got) and "embed" in got["stages"]
+
+
+async def test_each_question_is_asked_in_its_own_conversation(rt, tmp_path):
+    """conv-b also has a kitten called Pebble: a question of conv-a never sees it."""
+    from retrieval.evaluation import ensure_index, read_qrels, read_queries, run_eval
+
+    d = _conversation_set(tmp_path)
+    ns = "t-conv-" + tmp_path.name[-8:].replace("_", "-")
+    await ensure_index(rt, d / "memories.jsonl", ns, None)
+    res = await run_eval(
+        rt, read_queries(d / "queries.jsonl"), read_qrels(d / "qrels.tsv"), namespace=ns
+    )
+    assert all(not x.startswith("conv-b") for x in res["_run"]["q1"])
+    assert all(not x.startswith("conv-a") for x in res["_run"]["q3"])
+    async with rt.pool.acquire() as conn:
+        assert (
+            await conn.fetchval(
+                "SELECT count(*) FROM memories WHERE namespace = $1", f"{ns}:conv-a"
+            )
+            == 3
+        )
+    # indexing again replaces the conversations (and reuses their vectors)
+    await ensure_index(rt, d / "memories.jsonl", ns, None, force=True)
+
+
+def test_eval_suite_prints_one_table_and_compares(env, tmp_path, capsys):
+    _conversation_set(tmp_path)
+    saved = tmp_path / "before.json"
+    args = ["eval-suite", "--dir", str(tmp_path), "--sets", "locomo"]
+    assert main([*args, "--save", str(saved)]) == 0
+    out = capsys.readouterr().out
+    assert "| locomo | 3 |" in out and "| locomo / multi-hop | 1 |" in out
+    assert json.loads(saved.read_text())["sets"]["locomo"]["n_queries"] == 3
+    assert main([*args, "--compare", str(saved)]) == 0
+    assert "1.000 → 1.000" in capsys.readouterr().out
+    # a set that is not there, a saved run that is not one: a message, not a traceback
+    assert main(["eval-suite", "--dir", str(tmp_path), "--sets", "jsquad"]) == 2
+    assert "missing jsquad" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]")
+    assert main([*args, "--compare", str(bad)]) == 2
+    assert "--compare" in capsys.readouterr().err

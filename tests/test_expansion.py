@@ -452,3 +452,29 @@ async def test_a_caller_adds_the_newest_memories_states_and_the_exploration_slot
     assert {"recent", "states", "vector_global"} <= breakdown.keys()
     bad = await client.post("/v1/retrieve", json={**body, "options": {"add_sources": ["links"]}})
     assert bad.status_code == 422 and "add_sources" in str(bad.json())
+
+
+async def test_the_entity_hop_needs_no_other_leg(rt, ns):
+    """The entity leg read the query's IDF terms from SearchContext.debug, written there by the
+    keyword leg: when the keyword leg timed out (or never ran), every entity hop was dropped as
+    adding nothing. Each hop leg now asks for the terms itself."""
+    from retrieval.sources import entity, links, thread
+
+    await _put(rt, ns, PROJECT)
+    ctx = _ctx(
+        rt,
+        ns,
+        "山田真由さんと打ち合わせしたプロジェクトの締め切りはいつ？",
+        seeds=(("intro", 1.0),),
+    )
+    assert not ctx.debug  # no keyword leg ran
+    got = {c.external_id: c for c in await entity(ctx)}
+    assert "deadline" in got and got["deadline"].hop is not None
+    hop = got["deadline"].hop
+    assert hop.seed == "intro" and hop.kind == "entity" and hop.added > 0 and hop.gives_answer
+    # the reply and the thread: each says how it was reached, from which seed
+    ctx = _ctx(rt, ns, "ヒスイの集まりはどこでやるの", seeds=(("ask", 1.0),))
+    reply = {c.external_id: c for c in await links(ctx)}["reply"]
+    assert reply.hop is not None and reply.hop.kind == "answers_question"
+    same = {c.external_id: c for c in await thread(ctx)}["reply"]
+    assert same.hop is not None and same.hop.kind == "thread" and same.score == 1.0

@@ -32,7 +32,9 @@ async def test_slow_source_is_skipped_and_reported(analyzer):
         Source.TRIGRAM: fixed_source([]),
     }
     orch = _orch(analyzer, sources)
-    resp = await orch.retrieve("宏啓さんがレビューしたPRは誰が書いた？", RetrievalOptions(now=NOW))
+    resp = await orch.retrieve(
+        "宏啓さんがレビューしたPRは誰が書いた？", RetrievalOptions(now=NOW, context_window=0)
+    )
     md = resp.metadata
     assert md.strategy_used == Strategy.KEYWORD_BOOST
     assert md.degraded == ["keyword"]
@@ -47,7 +49,9 @@ async def test_failing_source_degrades_not_fails(analyzer):
         Source.KEYWORD: fixed_source([cand(2, 3.0, Source.KEYWORD)]),
         Source.TRIGRAM: fixed_source([]),
     }
-    resp = await _orch(analyzer, sources).retrieve("PRは誰が書いた？", RetrievalOptions(now=NOW))
+    resp = await _orch(analyzer, sources).retrieve(
+        "PRは誰が書いた？", RetrievalOptions(now=NOW, context_window=0)
+    )
     assert resp.metadata.degraded == ["vector"]
     assert resp.metadata.search_breakdown["vector"].error == "RuntimeError"
     assert [r.id for r in resp.results] == ["m2"]
@@ -56,7 +60,9 @@ async def test_failing_source_degrades_not_fails(analyzer):
 async def test_all_sources_failing_is_unavailable(analyzer):
     sources = {s: failing_source(OSError("db down")) for s in Source}
     with pytest.raises(StoreUnavailable):
-        await _orch(analyzer, sources).retrieve("PRは誰が書いた？", RetrievalOptions(now=NOW))
+        await _orch(analyzer, sources).retrieve(
+            "PRは誰が書いた？", RetrievalOptions(now=NOW, context_window=0)
+        )
 
 
 async def test_sources_run_concurrently(analyzer):
@@ -75,7 +81,9 @@ async def test_sources_run_concurrently(analyzer):
         return fn
 
     orch = _orch(analyzer, {s: tracked(s) for s in Source}, timeout_ms=5000)
-    resp = await orch.retrieve("ベクトル検索とキーワード検索の違い", RetrievalOptions(now=NOW))
+    resp = await orch.retrieve(
+        "ベクトル検索とキーワード検索の違い", RetrievalOptions(now=NOW, context_window=0)
+    )
     assert resp.metadata.strategy_used == Strategy.HYBRID and not resp.metadata.degraded
     ran = {Source(k) for k, r in resp.metadata.search_breakdown.items() if r.status == "ok"}
     # Every source that ran was running while another one was (none waited for the others).
@@ -125,7 +133,9 @@ async def test_conversation_adds_a_second_query_vector(analyzer):
     orch = _orch(analyzer, {Source.VECTOR: vec})
     await orch.retrieve(
         "呼吸のリズムとは",
-        RetrievalOptions(now=NOW, recent_conversation=(("user", "Resonant Engineの話"),)),
+        RetrievalOptions(
+            now=NOW, context_window=0, recent_conversation=(("user", "Resonant Engineの話"),)
+        ),
     )
     assert seen["n"] == 2
 
@@ -162,7 +172,7 @@ async def test_text_sources_start_before_the_embedding_is_done(analyzer):
         None, analyzer, _SlowFailingEmbedder(0.3), log_runs=False, sources=MappingProxyType(sources)
     )
     t0 = asyncio.get_running_loop().time()
-    resp = await orch.retrieve("PRは誰が書いた？", RetrievalOptions(now=NOW))
+    resp = await orch.retrieve("PRは誰が書いた？", RetrievalOptions(now=NOW, context_window=0))
     assert started[Source.KEYWORD] - t0 < 0.25 <= started[Source.VECTOR] - t0
     assert resp.metadata.stage_latency_ms["embed"] >= 300 and not resp.metadata.degraded
 
@@ -180,11 +190,29 @@ async def test_failed_embedding_degrades_the_vector_legs_only(analyzer):
         log_runs=False,
         sources=MappingProxyType(sources),
     )
-    resp = await orch.retrieve("PRは誰が書いた？", RetrievalOptions(now=NOW))
+    resp = await orch.retrieve("PRは誰が書いた？", RetrievalOptions(now=NOW, context_window=0))
     assert resp.metadata.degraded == ["vector"]
     assert resp.metadata.search_breakdown["vector"].error == "embedding failed: RuntimeError"
     assert [r.id for r in resp.results] == ["m2"] and "embed" not in resp.metadata.stage_latency_ms
     with pytest.raises(StoreUnavailable):  # a vector-only plan has nothing left
         await orch.retrieve(
-            "呼吸とは何か", RetrievalOptions(now=NOW, force_strategy=Strategy.VECTOR_ONLY)
+            "呼吸とは何か",
+            RetrievalOptions(now=NOW, context_window=0, force_strategy=Strategy.VECTOR_ONLY),
         )
+
+
+async def test_a_failing_context_fetch_leaves_the_results_and_says_so(analyzer):
+    """The turns around the results are fetched after the ranking; when that fails (here: no
+    database behind the fake sources) the answer stands without them, `context` degraded."""
+    sources = {
+        Source.VECTOR: fixed_source([cand(1, 0.9, Source.VECTOR)]),
+        Source.KEYWORD: fixed_source([cand(1, 3.0, Source.KEYWORD)]),
+        Source.TRIGRAM: fixed_source([]),
+    }
+    resp = await _orch(analyzer, sources).retrieve("PRは誰が書いた？", RetrievalOptions(now=NOW))
+    assert [r.id for r in resp.results] == ["m1"] and resp.results[0].context == []
+    assert resp.metadata.degraded == ["context"]
+    assert resp.metadata.search_breakdown["context"].status == "error"
+    with pytest.raises(InvalidInput) as e:
+        await _orch(analyzer, sources).retrieve("PR", RetrievalOptions(context_window=9))
+    assert e.value.errors[0]["field"] == "options.context_window"

@@ -17,6 +17,16 @@ TEXTS = [
 ]
 
 
+async def _put(rt, ns):
+    await ingest(
+        rt.pool,
+        rt.nlp,
+        rt.embedder,
+        parse_items([{"id": f"m{i}", "content": t} for i, t in enumerate(TEXTS)]),
+        namespace=ns,
+    )
+
+
 async def _keyword_ids(rt, ns, q):
     resp = await rt.orchestrator.retrieve(
         q, RetrievalOptions(namespace=ns, force_strategy=Strategy.KEYWORD_ONLY, expand=False)
@@ -34,13 +44,7 @@ async def _as_before_stemming(rt, ns):
 
 
 async def test_an_old_store_is_told_and_retokenized(rt, ns, caplog):
-    await ingest(
-        rt.pool,
-        rt.nlp,
-        rt.embedder,
-        parse_items([{"id": f"m{i}", "content": t} for i, t in enumerate(TEXTS)]),
-        namespace=ns,
-    )
+    await _put(rt, ns)
     assert await outdated(rt.pool) is None
     assert set(await _keyword_ids(rt, ns, "paint")) == {"m0", "m2"}
     await _as_before_stemming(rt, ns)
@@ -57,13 +61,7 @@ async def test_an_old_store_is_told_and_retokenized(rt, ns, caplog):
 
 
 async def test_a_stopped_run_resumes_past_what_it_did(rt, ns):
-    await ingest(
-        rt.pool,
-        rt.nlp,
-        rt.embedder,
-        parse_items([{"id": f"m{i}", "content": t} for i, t in enumerate(TEXTS)]),
-        namespace=ns,
-    )
+    await _put(rt, ns)
     await _as_before_stemming(rt, ns)
     async with rt.pool.acquire() as conn:
         ids = [

@@ -201,6 +201,8 @@ async def run_eval(
                 force_strategy=force,
                 log_run=False,
                 expand=expand,
+                # The ranking is measured; the turns around each of 100 results are not read.
+                context_window=0,
             ),
         )
         latencies.append((time.perf_counter() - t) * 1000.0)

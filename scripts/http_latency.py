@@ -1,0 +1,84 @@
+"""Latency over HTTP of a dev set's questions, as a context assembler asks them (default
+request: limit 10, expansion on, context window 1), against a running `retrieval serve` over the
+data directory `retrieval eval-suite` indexed the set into:
+
+    RETRIEVAL_DATA_DIR=D retrieval eval-suite --sets locomo       # index it (cached)
+    RETRIEVAL_DATA_DIR=D retrieval serve --port 8765 &
+    python scripts/http_latency.py locomo --url http://127.0.0.1:8765 [--no-expand] [--repeat 2]
+
+Prints client-side p50/p95/p99 and the server's own stages. Each question is asked once per
+pass; a second pass (--repeat 2) shows what the query-embedding cache saves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from retrieval.evaluation.harness import corpus_namespace, read_queries, sub_namespace
+from retrieval.evaluation.suite import DEV_SETS
+
+
+def pct(xs: list[float]) -> str:
+    a = np.asarray(xs)
+    return " / ".join(f"{np.percentile(a, p):.1f}" for p in (50, 95, 99))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("set", choices=[s.name for s in DEV_SETS])
+    ap.add_argument("--url", default="http://127.0.0.1:8765")
+    ap.add_argument("--dir", type=Path, default=Path("../shared/eval"))
+    ap.add_argument("--limit", type=int, default=10)
+    ap.add_argument("--no-expand", action="store_true")
+    ap.add_argument("--context-window", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--max-queries", type=int, default=0)
+    args = ap.parse_args()
+    s = next(x for x in DEV_SETS if x.name == args.set)
+    ns = corpus_namespace(args.dir / s.corpus)
+    queries = read_queries(args.dir / s.queries)
+    if args.max_queries:
+        queries = queries[: args.max_queries]
+    with httpx.Client(base_url=args.url, timeout=30.0) as client:
+        for n in range(args.repeat):
+            client_ms: list[float] = []
+            stages: dict[str, list[float]] = defaultdict(list)
+            for q in queries:
+                body = {
+                    "query": q.text,
+                    "namespace": sub_namespace(ns, q.namespace),
+                    "options": {
+                        "limit": args.limit,
+                        "expand": not args.no_expand,
+                        "context_window": args.context_window,
+                        **({"now": q.now.isoformat()} if q.now else {}),
+                    },
+                }
+                t = time.perf_counter()
+                r = client.post("/v1/retrieve", content=json.dumps(body))
+                client_ms.append((time.perf_counter() - t) * 1000.0)
+                r.raise_for_status()
+                meta = r.json()["metadata"]
+                stages["total (server)"].append(meta["total_latency_ms"])
+                for k, v in meta["stage_latency_ms"].items():
+                    stages[k].append(v)
+            print(f"pass {n + 1}: {len(queries)} questions, p50 / p95 / p99 ms")
+            print(f"  HTTP (client)   {pct(client_ms)}")
+            for k, v in sorted(stages.items()):
+                print(f"  {k:15s} {pct(v)}")
+
+
+if __name__ == "__main__":
+    main()
