@@ -237,8 +237,10 @@ async def in_process(
         md = resp.metadata
         for k in ("analyze", "embed", "rerank"):
             stages[k].append(md.stage_latency_ms.get(k, 0.0))
-        if "expand" in md.stage_latency_ms:  # the second wave, from its seeds to its last source
-            stages["expand"].append(md.stage_latency_ms["expand"])
+        # the second wave (from its seeds to its last source), the turns around the results
+        for k in ("expand", "context"):
+            if k in md.stage_latency_ms:
+                stages[k].append(md.stage_latency_ms[k])
         for src, rep in md.search_breakdown.items():
             stages[src].append(rep.latency_ms)
         stages["total"].append(md.total_latency_ms)

@@ -388,20 +388,28 @@ async def trigram(ctx: SearchContext) -> list[Candidate]:
 _SEEDS = "unnest($6::text[], $7::float8[]) AS s(ext, score)"
 
 
-def _coverage(t: int) -> str:
-    """IDF mass of the query's terms ($t, weights $t+1) that the seed `sm` holds, and that the
-    seed and the memory `m` hold together: what the hop adds to the seed."""
-    q = f"unnest(${t}::text[], ${t + 1}::float8[]) AS q(term, idf)"
-    return (
-        f"(SELECT coalesce(sum(q.idf), 0) FROM {q} WHERE sm.term_tf ? q.term) AS seed_cov, "
-        f"(SELECT coalesce(sum(q.idf), 0) FROM {q} WHERE sm.term_tf ? q.term OR m.term_tf ? q.term) AS union_cov"
-    )
+# The query's keyword terms this namespace holds, with their IDF ($9: the keywords as text):
+# what a hop adds to its seed is weighed by them. Each hop statement computes them itself, so it
+# depends on no other leg (the keyword leg may have timed out) and costs no round trip.
+_QUERY_TERMS = """qt AS (
+  SELECT l.lexeme AS term, ln(1 + (st.doc_count - d.df + 0.5) / (d.df + 0.5))::float8 AS idf
+  FROM unnest(to_tsvector('simple', $9)) AS l
+  JOIN term_df d ON d.namespace = $1 AND d.term = l.lexeme AND d.df > 0
+  JOIN namespace_stats st ON st.namespace = $1)"""
+
+# IDF mass of the query's terms that the seed `sm` holds, that the seed and the memory `m` hold
+# together (what the hop adds to the seed), and of all of them.
+_COVERAGE = (
+    "(SELECT coalesce(sum(qt.idf), 0) FROM qt WHERE sm.term_tf ? qt.term) AS seed_cov, "
+    "(SELECT coalesce(sum(qt.idf), 0) FROM qt WHERE sm.term_tf ? qt.term OR m.term_tf ? qt.term) AS union_cov, "
+    "(SELECT coalesce(sum(qt.idf), 0) FROM qt) AS query_idf"
+)
 
 
 # Returns live memories one link away from a seed, either direction (a reply to a seed, the
 # question a seed replies to), with the seed, the label and the direction.
 LINKS_SQL = f"""
-WITH s AS (SELECT * FROM {_SEEDS}),
+WITH s AS (SELECT * FROM {_SEEDS}), {_QUERY_TERMS},
 l AS (
   SELECT s.ext AS seed, s.score, l.label, l.to_external AS other, 'to' AS dir
   FROM s JOIN memory_links l ON l.namespace = $1 AND l.from_external = s.ext
@@ -409,7 +417,7 @@ l AS (
   SELECT s.ext, s.score, l.label, l.from_external, 'from'
   FROM s JOIN memory_links l ON l.namespace = $1 AND l.to_external = s.ext)
 SELECT {_COLS}, l.seed, l.score AS seed_score, l.label, l.dir, sm.content AS seed_text,
-       right(sm.content, 1) IN ('?', '？') OR sm.content ~ '(か|かな|の)[。！!]?$' AS seed_asks, {_coverage(9)}
+       right(sm.content, 1) IN ('?', '？') OR sm.content ~ '(か|かな|の)[。！!]?$' AS seed_asks, {_COVERAGE}
 FROM l JOIN memories m ON m.namespace = $1 AND m.external_id = l.other
 JOIN memories sm ON sm.namespace = $1 AND sm.external_id = l.seed
 WHERE {_WHERE}
@@ -417,21 +425,21 @@ ORDER BY l.score DESC, m.created_at, m.id
 LIMIT $8"""
 
 # Returns live memories that name an entity one of the seeds names: a bridge, so not one the
-# query itself names ($14, the normalised query: what the query names, the first wave already
-# searched for). Entities named by more memories than $11 or than a share $13 of the namespace
-# (at least 5; counted up to that cap + 1), or by fewer than $12 seeds, are skipped. Each
-# memory once (by its best seed), the $8 reached through the best seeds.
+# query itself names ($13, the normalised query: what the query names, the first wave already
+# searched for). Entities named by more memories than $10 or than a share $12 of the namespace
+# (at least 5; counted up to that cap + 1), or by fewer than $11 seeds, are skipped. Each
+# memory once (by its best seed), the $8 reached through the best seeds; $14 the focus.
 ENTITY_SQL = f"""
-WITH s AS (SELECT * FROM {_SEEDS}),
+WITH s AS (SELECT * FROM {_SEEDS}), {_QUERY_TERMS},
 ent AS (
   SELECT e.entity, max(s.score * e.weight) AS score, (array_agg(s.ext ORDER BY s.score * e.weight DESC))[1] AS seed,
          count(*) AS seeds
   FROM s JOIN memories sm ON sm.namespace = $1 AND sm.external_id = s.ext
   JOIN memory_entities e ON e.memory_id = sm.id
-  WHERE strpos($14, e.entity) = 0
-  GROUP BY e.entity HAVING count(*) >= $12),
+  WHERE strpos($13, e.entity) = 0
+  GROUP BY e.entity HAVING count(*) >= $11),
 cap AS (
-  SELECT least($11::float8, greatest(5, $13::float8 * coalesce(max(doc_count), 0)))::int AS n
+  SELECT least($10::float8, greatest(5, $12::float8 * coalesce(max(doc_count), 0)))::int AS n
   FROM namespace_stats WHERE namespace = $1),
 rare AS (
   SELECT ent.* FROM ent, cap
@@ -439,8 +447,8 @@ rare AS (
                                WHERE x.namespace = $1 AND x.entity = ent.entity LIMIT cap.n + 1) c) <= cap.n)
 SELECT * FROM (
   SELECT DISTINCT ON (m.id) {_COLS}, rare.seed, rare.score AS seed_score, rare.entity, sm.content AS seed_text,
-         {_coverage(9)}, coalesce(m.term_tf ? $15, false) AS has_focus,
-         coalesce(sm.term_tf ? $15, false) AS seed_has_focus
+         {_COVERAGE}, coalesce(m.term_tf ? $14, false) AS has_focus,
+         coalesce(sm.term_tf ? $14, false) AS seed_has_focus
   FROM rare JOIN memory_entities e ON e.namespace = $1 AND e.entity = rare.entity
   JOIN memories m ON m.id = e.memory_id
   JOIN memories sm ON sm.namespace = $1 AND sm.external_id = rare.seed
@@ -451,12 +459,12 @@ LIMIT $8"""
 
 # Returns live memories in the thread of a seed, with that seed.
 THREAD_SQL = f"""
-WITH s AS (SELECT * FROM {_SEEDS}),
+WITH s AS (SELECT * FROM {_SEEDS}), {_QUERY_TERMS},
 t AS (
   SELECT sm.thread, max(s.score) AS score, (array_agg(s.ext ORDER BY s.score DESC))[1] AS seed
   FROM s JOIN memories sm ON sm.namespace = $1 AND sm.external_id = s.ext
   WHERE sm.thread IS NOT NULL GROUP BY sm.thread)
-SELECT {_COLS}, t.seed, t.score AS seed_score, t.thread, sm.content AS seed_text, {_coverage(9)}
+SELECT {_COLS}, t.seed, t.score AS seed_score, t.thread, sm.content AS seed_text, {_COVERAGE}
 FROM t JOIN memories m ON m.namespace = $1 AND m.thread = t.thread
 JOIN memories sm ON sm.namespace = $1 AND sm.external_id = t.seed
 WHERE {_WHERE} AND m.id <> sm.id
@@ -468,19 +476,6 @@ def _seed_args(ctx: SearchContext) -> tuple[list[str], list[float]]:
     if not ctx.seeds:
         raise Skip("no seeds to expand from")
     return [x for x, _ in ctx.seeds], [float(sc) for _, sc in ctx.seeds]
-
-
-async def query_terms(
-    conn: asyncpg.Connection, ctx: SearchContext
-) -> tuple[list[str], list[float]]:
-    """The query's keyword terms that this namespace holds, with their IDF (what a hop adds is
-    weighed by them). Each hop source asks on its own connection: it depends on no other leg."""
-    if not ctx.intent.keywords:
-        return [], []
-    stats = await conn.fetch(
-        TERM_STATS_SQL, ctx.filters.namespace, " ".join(ctx.intent.keywords), timeout=ctx.timeout_s
-    )
-    return [r["term"] for r in stats], [float(r["idf"]) for r in stats]
 
 
 # A memory answers "when" by stating one date (「アカネの提出期限は2月9日」); a passage with
@@ -496,13 +491,12 @@ def _hop(
     kind: str,
     via: str,
     seeds: dict[str, bool],
-    query_idf: float,
 ) -> Candidate:
     """Say how the candidate was reached from its seed (`r`'s): by what, what it adds of the
     query, and whether it gives the kind of answer asked for ("date", "amount") where the seed
     gives none — the hop reaches the answer, the seed only names the way there. `seeds` keeps,
     per seed, whether it states one: a seed leads to many rows of a source."""
-    seed_cov, union_cov = float(r["seed_cov"]), float(r["union_cov"])
+    seed_cov, union_cov, query_idf = float(r["seed_cov"]), float(r["union_cov"]), r["query_idf"]
     gives_answer = False
     if ctx.intent.asks is not None:
         kind_asked = AnswerKind(ctx.intent.asks)
@@ -536,25 +530,23 @@ def _best(cands: list[Candidate], k: int) -> list[Candidate]:
 
 async def _hop_rows(
     ctx: SearchContext, sql: str, source: Source, *extra: Any
-) -> tuple[list[tuple[asyncpg.Record, Candidate]], float]:
-    """The rows a hop query (filters, seeds, limit, query terms, extra) returns, each with its
-    candidate scored by its seed's score; and the query's IDF mass."""
+) -> list[tuple[asyncpg.Record, Candidate]]:
+    """The rows a hop query (filters, seeds, limit, the query's keywords, extra) returns, each
+    with its candidate scored by its seed's score."""
     ext, scores = _seed_args(ctx)
     async with leg_connection(ctx) as conn:
-        terms, idfs = await query_terms(conn, ctx)
         rows = await conn.fetch(
-            sql, *ctx.where_args(), ext, scores, 4 * ctx.k, terms, idfs, *extra,
+            sql, *ctx.where_args(), ext, scores, 4 * ctx.k, " ".join(ctx.intent.keywords), *extra,
             timeout=ctx.timeout_s,
         )  # fmt: skip
-    pairs = list(zip(rows, _rows(rows, source, score_key="seed_score"), strict=True))
-    return pairs, sum(idfs)
+    return list(zip(rows, _rows(rows, source, score_key="seed_score"), strict=True))
 
 
 async def links(ctx: SearchContext) -> list[Candidate]:
     """Memories one link from a seed: replies, the question replied to, related topics."""
     out: list[Candidate] = []
     seeds: dict[str, bool] = {}
-    pairs, q_idf = await _hop_rows(ctx, LINKS_SQL, Source.LINKS)
+    pairs = await _hop_rows(ctx, LINKS_SQL, Source.LINKS)
     for r, c in pairs:
         # A reply to a seed that asks is that question's answer.
         if r["label"] == "reply_to" and r["dir"] == "from" and r["seed_asks"]:
@@ -562,7 +554,7 @@ async def links(ctx: SearchContext) -> list[Candidate]:
         else:
             kind = r["label"]
             via = f"linked {r['label']} {'from' if r['dir'] == 'to' else 'to'} {r['seed']}"
-        out.append(_hop(ctx, c, r, kind, via, seeds, q_idf))
+        out.append(_hop(ctx, c, r, kind, via, seeds))
     return _best(out, ctx.k)
 
 
@@ -572,7 +564,7 @@ REPLY_TO_QUESTION = "answers_question"
 
 async def entity(ctx: SearchContext) -> list[Candidate]:
     """Memories naming what a seed names (「アオバ」, 山田真由), unless too common to mean anything."""
-    pairs, q_idf = await _hop_rows(
+    pairs = await _hop_rows(
         ctx,
         ENTITY_SQL,
         Source.ENTITY,
@@ -589,15 +581,15 @@ async def entity(ctx: SearchContext) -> list[Candidate]:
         # The memory holds what the question asks about (its 締め切り) and the seed does not.
         if r["has_focus"] and not r["seed_has_focus"]:
             via += f", holds the asked 「{ctx.intent.focus}」"
-        out.append(_hop(ctx, c, r, "entity", via, seeds, q_idf))
+        out.append(_hop(ctx, c, r, "entity", via, seeds))
     return _best(out, ctx.k)
 
 
 async def thread(ctx: SearchContext) -> list[Candidate]:
     """Memories of a seed's thread, nearest in time to the seed first."""
     seeds: dict[str, bool] = {}
-    pairs, q_idf = await _hop_rows(ctx, THREAD_SQL, Source.THREAD)
-    out = [_hop(ctx, c, r, "thread", f"same thread as {r['seed']}", seeds, q_idf) for r, c in pairs]
+    pairs = await _hop_rows(ctx, THREAD_SQL, Source.THREAD)
+    out = [_hop(ctx, c, r, "thread", f"same thread as {r['seed']}", seeds) for r, c in pairs]
     return _best(out, ctx.k)
 
 
