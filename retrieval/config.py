@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         default=None,
         validation_alias=AliasChoices("DATABASE_URL", "RETRIEVAL_DATABASE_URL"),
-        description="PostgreSQL DSN; unset = embedded pgserver in data_dir.",
+        description="PostgreSQL DSN; unset = the embedded server in data_dir.",
     )
     data_dir: Path = Field(default_factory=default_data_dir)
     # The embedded server's shared buffers: `auto` (a quarter of the RAM, 128 MB to 8 GB), a

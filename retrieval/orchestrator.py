@@ -333,6 +333,15 @@ class Orchestrator:
             why = f"timed out after {timeout * 1000:.0f} ms"
             return SourceReport(CONTEXT, ms, 0, SourceStatus.TIMEOUT, why)
         except Exception as exc:  # the results stand without their context (a source's rule)
+            if (
+                ctx.replica is not None
+                and self.router is not None
+                and isinstance(exc, CONNECTION_ERRORS)
+            ):
+                # The replica is gone, not the data: as a source does, ask the primary.
+                self.router.mark_failed(ctx.replica, exc)
+                primary = replace(ctx, pool=self.router.primary, replica=None)
+                return await self._add_context(primary, scored, results, window)
             ms = (time.perf_counter() - t) * 1000.0
             m.SOURCE_ERRORS.labels(CONTEXT).inc()
             logger.warning("context of the results failed: %r", exc)

@@ -11,6 +11,7 @@ import asyncpg
 from db import migrate as migrations
 from db.meta import TRIGRAM_READY, check_embedding_model
 from db.pool import create_pool
+from db.vector_check import check_vector
 from retrieval.analyzer import CueDictionary, QueryAnalyzer
 from retrieval.config import Settings, parse_replica_urls
 from retrieval.embeddings import Embedder, create_embedder
@@ -43,7 +44,9 @@ class Runtime:
 
 
 async def migrate_database(dsn: str, embedding_dim: int, timezone: str = "Asia/Tokyo") -> list[int]:
-    """Apply pending migrations on a dedicated connection."""
+    """Check that pgvector computes distances on this server (updating an older version in
+    place), then apply pending migrations on a dedicated connection."""
+    await check_vector(dsn)
     conn = await asyncpg.connect(dsn)
     try:
         return await migrations.migrate(conn, embedding_dim=embedding_dim, timezone=timezone)

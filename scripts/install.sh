@@ -21,5 +21,3 @@ else
   pip_install -e .
 fi
 echo "installed into .venv" >&2
-# The wheel's pgvector needs AVX-512; rebuild it portably where the CPU lacks it.
-bash scripts/ensure_pgvector.sh .venv/bin/python

@@ -211,12 +211,6 @@ async def test_readme_query_answers_with_the_gym(rt, ns, now):
     assert "ジム" in top.content and "last_week" in top.reason
 
 
-def test_vector_probe_passes_here():
-    from db.vector_probe import main as probe
-
-    assert probe() == 0
-
-
 def _conversation_set(root: Path) -> Path:
     """A LoCoMo-shaped set: two conversations (a namespace each), questions asked in one."""
     d = root / "locomo_dev"

