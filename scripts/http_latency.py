@@ -13,7 +13,6 @@ pass; a second pass (--repeat 2) shows what the query-embedding cache saves.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections import defaultdict
@@ -67,7 +66,7 @@ def main() -> None:
                     },
                 }
                 t = time.perf_counter()
-                r = client.post("/v1/retrieve", content=json.dumps(body))
+                r = client.post("/v1/retrieve", json=body)
                 client_ms.append((time.perf_counter() - t) * 1000.0)
                 r.raise_for_status()
                 meta = r.json()["metadata"]

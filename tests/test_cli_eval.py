@@ -22,7 +22,17 @@ def test_help_lists_every_command(capsys):
         main(["--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    for cmd in ("serve", "migrate", "ingest", "query", "analyze", "eval", "bench"):
+    for cmd in (
+        "serve",
+        "migrate",
+        "retokenize",
+        "ingest",
+        "query",
+        "analyze",
+        "eval",
+        "eval-suite",
+        "bench",
+    ):
         assert cmd in out
 
 

@@ -114,7 +114,8 @@ async def test_a_store_made_by_the_old_wheel_is_upgraded_in_place(tmp_path):
         assert await conn.fetchval(VECTOR_VERSIONS) == "0.8.2"
     finally:
         await conn.close()
-    await asyncio.to_thread(stop_embedded, data_dir)
+    # The old server is left running, as every release leaves it for the next process: the
+    # new one stops it (else it would go on serving PostgreSQL 18.3 and pgvector 0.8.2).
     dsn = await asyncio.to_thread(embedded_dsn, data_dir, None)
     try:
         applied = await migrate_database(dsn, 3)
