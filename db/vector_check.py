@@ -54,8 +54,19 @@ async def check_vector(dsn: str, *, probe: str = DISTANCE) -> str:
                 "pgvector there (or leave DATABASE_URL unset for the embedded server, which has it)"
             )
         if installed is not None and _version(installed) < _version(available):
-            await conn.execute("ALTER EXTENSION vector UPDATE")
-            logger.warning("pgvector updated in place from %s to %s", installed, available)
+            try:
+                await conn.execute("ALTER EXTENSION vector UPDATE")
+                logger.warning("pgvector updated in place from %s to %s", installed, available)
+            except asyncpg.exceptions.InsufficientPrivilegeError as exc:
+                # A server whose operator owns the extension (DATABASE_URL): theirs to update.
+                logger.warning(
+                    "pgvector %s is installed and %s available, but this role may not update "
+                    "it (%s); the service goes on with %s",
+                    installed,
+                    available,
+                    exc,
+                    installed,
+                )
         tx = conn.transaction()
         await tx.start()
         try:

@@ -140,3 +140,28 @@ async def test_a_store_made_by_the_old_wheel_is_upgraded_in_place(tmp_path):
             assert pwd.getpwuid(data_dir.stat().st_uid).pw_name == "embedded_postgres"
     finally:
         await asyncio.to_thread(stop_embedded, data_dir)
+
+
+async def test_a_role_that_may_not_update_pgvector_still_starts(tmp_path, caplog):
+    """On a DATABASE_URL server the extension is its operator's: a role that may not update an
+    older pgvector gets a warning, not a refused start (the catalog is set back to 0.8.2 here to
+    stand for such a server)."""
+    data_dir = tmp_path / "db"
+    dsn = await asyncio.to_thread(embedded_dsn, data_dir, None)
+    try:
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            await conn.execute(
+                "UPDATE pg_extension SET extversion = '0.8.2' WHERE extname = 'vector'"
+            )
+            await conn.execute("CREATE ROLE app LOGIN")
+        finally:
+            await conn.close()
+        app_dsn = dsn.replace("postgresql://postgres:", "postgresql://app:", 1)
+        assert app_dsn != dsn
+        with caplog.at_level("WARNING"):
+            assert await check_vector(app_dsn) == "0.8.2"
+        assert "may not update it" in caplog.text
+    finally:
+        await asyncio.to_thread(stop_embedded, data_dir)
