@@ -226,6 +226,10 @@ class Candidate:
     hop: Hop | None = None
 
 
+# Hop.kind of a reply to a seed that asks a question: the reply answers it.
+ANSWERS_QUESTION = "answers_question"
+
+
 @dataclass(frozen=True)
 class Hop:
     """How an expansion source reached a memory from a seed (a first-wave candidate)."""

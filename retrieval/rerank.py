@@ -13,6 +13,7 @@ import numpy as np
 from retrieval.cache import ByteLRU
 from retrieval.models import (
     ADDABLE_SOURCES,
+    ANSWERS_QUESTION,
     EXPANSION_SOURCES,
     Candidate,
     Fused,
@@ -58,9 +59,6 @@ MAX_HOP_GAIN = 2.0
 # (the deadline of the project the meeting named); a memory that adds less than this share of
 # the query's IDF mass is a neighbour, not an answer, and is not added.
 MIN_ENTITY_ADDED = 0.1
-
-# Hop.kind of a reply to a seed that asks a question (sources.REPLY_TO_QUESTION).
-ANSWERS_QUESTION = "answers_question"
 
 
 def answers(hop: Hop) -> bool:

@@ -18,7 +18,15 @@ import asyncpg
 import numpy as np
 
 from retrieval.answers import AnswerKind, gives, mentions
-from retrieval.models import Candidate, Filters, Hop, QueryIntent, Source, TimeRange
+from retrieval.models import (
+    ANSWERS_QUESTION,
+    Candidate,
+    Filters,
+    Hop,
+    QueryIntent,
+    Source,
+    TimeRange,
+)
 from retrieval.nlp import normalize_entity
 
 _COLS = "m.id, m.external_id, m.content, m.title, m.memory_type, m.source_type, m.metadata, m.created_at, m.embedding"
@@ -550,16 +558,12 @@ async def links(ctx: SearchContext) -> list[Candidate]:
     for r, c in pairs:
         # A reply to a seed that asks is that question's answer.
         if r["label"] == "reply_to" and r["dir"] == "from" and r["seed_asks"]:
-            kind, via = REPLY_TO_QUESTION, f"replies to the question {r['seed']}"
+            kind, via = ANSWERS_QUESTION, f"replies to the question {r['seed']}"
         else:
             kind = r["label"]
             via = f"linked {r['label']} {'from' if r['dir'] == 'to' else 'to'} {r['seed']}"
         out.append(_hop(ctx, c, r, kind, via, seeds))
     return _best(out, ctx.k)
-
-
-# Hop.kind of a reply to a seed that asks a question (the other links keep their label).
-REPLY_TO_QUESTION = "answers_question"
 
 
 async def entity(ctx: SearchContext) -> list[Candidate]:

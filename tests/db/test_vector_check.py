@@ -5,8 +5,10 @@ cause (not a pool error mid-import), and a store made by the earlier embedded wh
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import warnings
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
@@ -45,16 +47,26 @@ async def test_the_test_server_passes_and_runs_the_newest_pgvector(rt):
     assert version == row["installed"] == row["available"]
 
 
-async def test_a_backend_that_dies_on_a_distance_is_refused_at_start(tmp_path):
-    data_dir = tmp_path / "db"
+@contextlib.asynccontextmanager
+async def _own_server(data_dir: Path, *statements: str) -> AsyncIterator[str]:
+    """A server of the test's own with pgvector and `statements` run as its superuser; its
+    DSN, the server stopped after."""
     dsn = await asyncio.to_thread(embedded_dsn, data_dir, None)
     try:
         conn = await asyncpg.connect(dsn)
         try:
             await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-            await conn.execute(CRASH_FUNCTION)
+            for sql in statements:
+                await conn.execute(sql)
         finally:
             await conn.close()
+        yield dsn
+    finally:
+        await asyncio.to_thread(stop_embedded, data_dir)
+
+
+async def test_a_backend_that_dies_on_a_distance_is_refused_at_start(tmp_path):
+    async with _own_server(tmp_path / "db", CRASH_FUNCTION) as dsn:
         with pytest.raises(VectorExtensionError) as e:
             await check_vector(dsn, probe="SELECT crash_like_a_foreign_cpu($1::vector)")
         msg = str(e.value)
@@ -69,14 +81,11 @@ async def test_a_backend_that_dies_on_a_distance_is_refused_at_start(tmp_path):
                 await asyncio.sleep(0.2)
         else:
             pytest.fail("the server did not come back after the crash")
-    finally:
-        await asyncio.to_thread(stop_embedded, data_dir)
 
 
 def _quit(data_dir: Path) -> None:
     """Stop a throwaway server at once (SIGQUIT: no shutdown checkpoint; one whose backend just
     crashed may take long over a fast shutdown)."""
-    import contextlib
     import signal
 
     with contextlib.suppress(OSError, ValueError, IndexError):
@@ -156,22 +165,13 @@ async def test_a_role_that_may_not_update_pgvector_still_starts(tmp_path, caplog
     """On a DATABASE_URL server the extension is its operator's: a role that may not update an
     older pgvector gets a warning, not a refused start (the catalog is set back to 0.8.2 here to
     stand for such a server)."""
-    data_dir = tmp_path / "db"
-    dsn = await asyncio.to_thread(embedded_dsn, data_dir, None)
-    try:
-        conn = await asyncpg.connect(dsn)
-        try:
-            await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-            await conn.execute(
-                "UPDATE pg_extension SET extversion = '0.8.2' WHERE extname = 'vector'"
-            )
-            await conn.execute("CREATE ROLE app LOGIN")
-        finally:
-            await conn.close()
+    async with _own_server(
+        tmp_path / "db",
+        "UPDATE pg_extension SET extversion = '0.8.2' WHERE extname = 'vector'",
+        "CREATE ROLE app LOGIN",
+    ) as dsn:
         app_dsn = dsn.replace("postgresql://postgres:", "postgresql://app:", 1)
         assert app_dsn != dsn
         with caplog.at_level("WARNING"):
             assert await check_vector(app_dsn) == "0.8.2"
         assert "may not update it" in caplog.text
-    finally:
-        await asyncio.to_thread(stop_embedded, data_dir)
