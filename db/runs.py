@@ -58,17 +58,22 @@ async def get_run(pool: asyncpg.Pool, run_id: str) -> dict[str, Any] | None:
 
 
 # Deletes up to $2 rows of a table older than $1 days; returns how many (one statement per
-# table: the table names are constants, never user input).
+# table: the table names are constants, never user input). Write jobs go once finished.
+_OLD = {
+    "retrieval_runs": "created_at",
+    "feedback": "created_at",
+    "ingest_jobs": "finished_at",
+}
 _PURGE = {
     table: f"""
 DELETE FROM {table} WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM {table} WHERE created_at < now() - make_interval(days => $1) LIMIT $2))"""
-    for table in ("retrieval_runs", "feedback")
+    SELECT ctid FROM {table} WHERE {column} < now() - make_interval(days => $1) LIMIT $2))"""
+    for table, column in _OLD.items()
 }
 
 
 async def purge_old(pool: asyncpg.Pool, days: int, *, batch: int = 5000) -> dict[str, int]:
-    """Delete run-log and feedback rows older than `days`, `batch` rows per statement (short
+    """Delete run-log, feedback and finished write-job rows older than `days`, `batch` rows per statement (short
     transactions, no long lock); returns the rows deleted per table."""
     deleted = {}
     for table, sql in _PURGE.items():

@@ -198,9 +198,12 @@ def as_vector(v: Any) -> Vector:
     return v if isinstance(v, Vector) else Vector(np.asarray(v, dtype=np.float32))
 
 
-async def existing(conn: asyncpg.Connection, namespace: str, ids: list[str]) -> dict[str, Any]:
+async def existing(
+    conn: asyncpg.Connection, namespace: str, ids: list[str], *, timeout_s: float | None = None
+) -> dict[str, Any]:
     """The stored text, tokens, vector and entities of those ids, by external id."""
-    return {r["external_id"]: r for r in await conn.fetch(GET_EXISTING, namespace, ids)}
+    rows = await conn.fetch(GET_EXISTING, namespace, ids, timeout=timeout_s)
+    return {r["external_id"]: r for r in rows}
 
 
 async def upsert(

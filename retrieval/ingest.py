@@ -1,4 +1,5 @@
-"""The write path: validate every item first, embed in batches, then write all in one transaction."""
+"""The write path: validate every item first, embed in bounded calls, then write all in one
+transaction (under the write deadline)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -19,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from db import store
 from db.store import MemoryRow
-from retrieval.embeddings import Embedder
-from retrieval.errors import InvalidInput
+from retrieval.embeddings import Embedder, EmbedMeter
+from retrieval.errors import InvalidInput, StoreUnavailable
 from retrieval.nlp import JapaneseNLP, memory_entities, normalize_entity, terms_from_tokens
 from retrieval.validation import (
     Instant,
@@ -223,6 +224,7 @@ class IngestReport:
     reembedded: int
     ids: list[str]
     seconds: float
+    stages: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -233,6 +235,7 @@ class IngestReport:
             "embedded": self.reembedded,
             "ids": self.ids,
             "seconds": round(self.seconds, 3),
+            "stage_seconds": {k: round(v, 3) for k, v in self.stages.items()},
         }
 
 
@@ -335,6 +338,21 @@ def in_threads(nlp: JapaneseNLP) -> Analyser:
     return run
 
 
+async def stored_texts(
+    pool: asyncpg.Pool, namespace: str, ids: list[str], *, timeout_s: float | None = None
+) -> dict[str, Any]:
+    """The stored rows (text, vector, terms, entities) of those ids that exist."""
+    async with pool.acquire(timeout=timeout_s) as conn:
+        return await store.existing(conn, namespace, ids, timeout_s=timeout_s)
+
+
+def to_embed(items: list[MemoryIn], ids: list[str], old: dict[str, Any]) -> list[int]:
+    """The items whose text is new or changed: the ones a write must embed."""
+    return [
+        i for i, (it, x) in enumerate(zip(items, ids, strict=True)) if not unchanged(it, old.get(x))
+    ]
+
+
 async def prepare_rows(
     pool: asyncpg.Pool,
     embedder: Embedder,
@@ -345,28 +363,38 @@ async def prepare_rows(
     namespace: str,
     vectors: np.ndarray | None = None,
     batch_size: int = 32,
+    old: dict[str, Any] | None = None,
+    meter: EmbedMeter | None = None,
+    tick: Callable[[], Awaitable[None]] | None = None,
+    stages: dict[str, float] | None = None,
 ) -> tuple[list[MemoryRow], int]:
     """The rows to write for items, and how many were (re)embedded: a stored memory whose text
-    is unchanged keeps its vector, terms and extracted entities."""
-    async with pool.acquire() as conn:
-        old = await store.existing(conn, namespace, ids)
-    kept = [
-        old.get(x) if unchanged(it, old.get(x)) else None for it, x in zip(items, ids, strict=True)
-    ]
-    need = [i for i, k in enumerate(kept) if k is None]
+    is unchanged keeps its vector, terms and extracted entities. `old` is what stored_texts
+    gave, when the caller has read it already; `tick` is awaited between embedding batches;
+    `stages` gets the seconds each part took (lookup, analyse, embed)."""
+    clock = _Stages(stages)
+    if old is None:
+        old = await stored_texts(pool, namespace, ids)
+    clock.lap("lookup")
+    need = to_embed(items, ids, old)
+    changed = set(need)
+    kept = [None if i in changed else old[x] for i, x in enumerate(ids)]
     texts = [passage_text(items[i]) for i in need]
     fresh = dict(
         zip(need, await analyse(texts, [items[i].entities is None for i in need]), strict=True)
     )
+    clock.lap("analyse")
     emb: list[Any] = [k["embedding"] if k is not None else None for k in kept]
     if vectors is not None:
         for i in need:
             emb[i] = vectors[i].astype(np.float32)
     else:
-        for i, v in zip(
-            need, await _embed(embedder, [items[i] for i in need], batch_size), strict=True
-        ):
+        got = await embed_items(
+            embedder, [items[i] for i in need], batch_size, meter=meter, tick=tick
+        )
+        for i, v in zip(need, got, strict=True):
             emb[i] = v
+    clock.lap("embed")
     rows = []
     for i, it in enumerate(items):
         k = kept[i]
@@ -379,13 +407,63 @@ async def prepare_rows(
     return rows, len(need)
 
 
-async def _embed(embedder: Embedder, items: list[MemoryIn], batch_size: int) -> list[Any]:
-    """Passage vectors in batches, off the event loop."""
+class _Stages:
+    """Seconds per stage, into a caller's dict (or nowhere)."""
+
+    def __init__(self, into: dict[str, float] | None) -> None:
+        self.into = into
+        self.t = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        if self.into is not None:
+            self.into[stage] = self.into.get(stage, 0.0) + now - self.t
+        self.t = now
+
+
+# One call to the embedder holds at most this many characters (and `batch_size` texts): a
+# request or job given up on stops after the call in flight, a few seconds at most.
+EMBED_CALL_CHARS = 2 * EMBED_MAX_CHARS
+
+
+def embed_batches(texts: list[str], batch_size: int) -> Iterator[list[str]]:
+    """Texts in order, in calls of at most batch_size texts and EMBED_CALL_CHARS characters
+    (a longer text goes alone)."""
+    call: list[str] = []
+    chars = 0
+    for t in texts:
+        if call and (len(call) >= batch_size or chars + len(t) > EMBED_CALL_CHARS):
+            yield call
+            call, chars = [], 0
+        call.append(t)
+        chars += len(t)
+    if call:
+        yield call
+
+
+async def embed_items(
+    embedder: Embedder,
+    items: list[MemoryIn],
+    batch_size: int,
+    *,
+    meter: EmbedMeter | None = None,
+    tick: Callable[[], Awaitable[None]] | None = None,
+) -> list[Any]:
+    """Passage vectors, a bounded call at a time off the event loop (timed by `meter`)."""
     loop = asyncio.get_running_loop()
     out: list[Any] = []
-    for start in range(0, len(items), batch_size):
-        texts = [embedding_text(it) for it in items[start : start + batch_size]]
-        out.extend(await loop.run_in_executor(None, embedder.embed_passages, texts))
+
+    def timed(texts: list[str]) -> np.ndarray:
+        t = time.perf_counter()
+        got = embedder.embed_passages(texts)
+        if meter is not None:
+            meter.record(meter.units(texts), time.perf_counter() - t)
+        return got
+
+    for texts in embed_batches([embedding_text(it) for it in items], batch_size):
+        out.extend(await loop.run_in_executor(None, timed, texts))
+        if tick is not None:
+            await tick()
     return out
 
 
@@ -412,6 +490,32 @@ def _row(
     )
 
 
+def assign_ids(items: list[MemoryIn]) -> list[str]:
+    """Each item's id, a new one where it gives none; InvalidInput on a repeated id."""
+    ids = [it.id or uuid.uuid4().hex for it in items]
+    seen: set[str] = set()
+    for i, x in enumerate(ids):
+        if x in seen:
+            raise InvalidInput([{"index": i, "field": "id", "reason": f"duplicate id {x!r}"}])
+        seen.add(x)
+    return ids
+
+
+async def write_rows(
+    pool: asyncpg.Pool, namespace: str, rows: list[MemoryRow], timeout_s: float | None
+) -> int:
+    """One transaction of rows; the write deadline bounds it (and only it: what the database
+    holds, its locks and its transaction, not the embedding before it)."""
+    try:
+        return await asyncio.wait_for(
+            store.upsert(pool, namespace, rows, timeout_s=timeout_s), timeout_s
+        )
+    except TimeoutError as exc:
+        raise StoreUnavailable(
+            f"the database did not finish the write within {timeout_s:g} s; nothing was written"
+        ) from exc
+
+
 async def ingest(
     pool: asyncpg.Pool,
     nlp: JapaneseNLP,
@@ -422,14 +526,17 @@ async def ingest(
     vectors: np.ndarray | None = None,
     batch_size: int = 32,
     timeout_s: float | None = None,
+    ids: list[str] | None = None,
+    old: dict[str, Any] | None = None,
+    meter: EmbedMeter | None = None,
+    tick: Callable[[], Awaitable[None]] | None = None,
 ) -> IngestReport:
-    """Store items idempotently (by id) in one transaction; nothing is written on any error."""
+    """Store items idempotently (by id) in one transaction; nothing is written on any error.
+    `timeout_s` bounds the transaction (write_rows), not the embedding."""
     t0 = time.perf_counter()
     check_namespace(namespace)
-    ids = [it.id or uuid.uuid4().hex for it in items]
-    dup = _first_duplicate(ids)
-    if dup is not None:
-        raise InvalidInput([{"index": dup, "field": "id", "reason": f"duplicate id {ids[dup]!r}"}])
+    ids = ids if ids is not None else assign_ids(items)
+    stages: dict[str, float] = {}
     rows, embedded = await prepare_rows(
         pool,
         embedder,
@@ -439,8 +546,14 @@ async def ingest(
         namespace=namespace,
         vectors=vectors,
         batch_size=batch_size,
+        old=old,
+        meter=meter,
+        tick=tick,
+        stages=stages,
     )
-    inserted = await store.upsert(pool, namespace, rows, timeout_s=timeout_s)
+    t = time.perf_counter()
+    inserted = await write_rows(pool, namespace, rows, timeout_s)
+    stages["write"] = time.perf_counter() - t
     return IngestReport(
         namespace=namespace,
         received=len(items),
@@ -449,13 +562,5 @@ async def ingest(
         reembedded=embedded,
         ids=ids,
         seconds=time.perf_counter() - t0,
+        stages=stages,
     )
-
-
-def _first_duplicate(ids: list[str]) -> int | None:
-    seen: set[str] = set()
-    for i, x in enumerate(ids):
-        if x in seen:
-            return i
-        seen.add(x)
-    return None

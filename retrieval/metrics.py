@@ -79,6 +79,11 @@ RESULTS_AFTER = Histogram(
 INGESTED = Counter(
     "retrieval_ingested_memories_total", "Memories written (inserted or updated)", ["op"]
 )
+INGEST_JOBS = Counter(
+    "retrieval_ingest_jobs_total",
+    "Write jobs (batches too big to embed inline): queued, done, retried, failed",
+    ["event"],
+)
 INGEST_ERRORS = Counter("retrieval_ingest_rejected_total", "Ingest batches rejected as invalid")
 UNAVAILABLE = Counter(
     "retrieval_unavailable_total", "Retrievals answered 503 because no search source answered"
@@ -149,9 +154,11 @@ def init_series(strategies: list[str], sources: list[str]) -> None:
         STAGE_LATENCY.labels(stage)
     for op in ("insert", "update"):
         INGESTED.labels(op)
+    for event in ("queued", "done", "retried", "failed"):
+        INGEST_JOBS.labels(event)
     for kind in ("negative", "positive"):
         FEEDBACK.labels(kind)
-    for table in ("retrieval_runs", "feedback"):
+    for table in ("retrieval_runs", "feedback", "ingest_jobs"):
         RETENTION_DELETED.labels(table)
     for target in ("primary", "replica"):
         DB_QUERIES.labels(target)

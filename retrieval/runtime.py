@@ -14,7 +14,8 @@ from db.pool import create_pool
 from db.vector_check import check_vector
 from retrieval.analyzer import CueDictionary, QueryAnalyzer
 from retrieval.config import Settings, parse_replica_urls
-from retrieval.embeddings import Embedder, create_embedder
+from retrieval.embeddings import Embedder, EmbedMeter, create_embedder
+from retrieval.ingest_jobs import WriteJobs
 from retrieval.models import Source
 from retrieval.nlp import JapaneseNLP
 from retrieval.orchestrator import Orchestrator
@@ -34,6 +35,9 @@ class Runtime:
     embedder: Embedder
     orchestrator: Orchestrator
     router: ReadRouter
+    # Measures the embedding rate here; the write route's estimate (inline or a job).
+    meter: EmbedMeter
+    jobs: WriteJobs
     # What this server lacks, by the name to report it under (pg_trgm), with what it costs.
     missing: dict[str, str] = field(default_factory=dict)
 
@@ -131,4 +135,16 @@ async def open_runtime(
         router=router,
         unavailable={Source.TRIGRAM: missing["pg_trgm"]} if "pg_trgm" in missing else {},
     )
-    return Runtime(settings, dsn, pool, nlp, analyzer, embedder, orch, router, missing)
+    meter = EmbedMeter(embedder)
+    jobs = WriteJobs(
+        pool,
+        nlp,
+        embedder,
+        meter,
+        router,
+        batch_size=settings.embed_batch_size,
+        write_timeout_s=settings.write_timeout_s,
+        max_open=settings.max_open_jobs,
+        work=settings.job_worker,
+    )
+    return Runtime(settings, dsn, pool, nlp, analyzer, embedder, orch, router, meter, jobs, missing)

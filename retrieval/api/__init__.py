@@ -30,6 +30,7 @@ from retrieval.errors import (
     Forbidden,
     InvalidInput,
     NotFound,
+    Overloaded,
     RetrievalError,
     StoreError,
     StoreUnavailable,
@@ -55,6 +56,7 @@ STATUS: dict[type[BaseException], int] = {
     Unauthorized: 401,
     Forbidden: 403,
     NotFound: 404,
+    Overloaded: 429,
     StoreUnavailable: 503,
     EmbeddingModelMismatch: 503,
     WriteConflict: 503,
@@ -136,6 +138,10 @@ async def _on_error(request: Request, exc: Exception) -> JSONResponse:
             status_code=503,
             headers={"Retry-After": str(RETRY_AFTER_S)},
         )
+    if status == 429:
+        return JSONResponse(
+            {"detail": str(exc)}, status_code=429, headers={"Retry-After": str(RETRY_AFTER_S * 5)}
+        )
     if status == 500:
         logger.exception("unhandled error", exc_info=exc)
         return JSONResponse({"detail": "internal error"}, status_code=500)
@@ -161,13 +167,18 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.runtime = runtime or await open_runtime(settings)
-        keeper = asyncio.create_task(_retention(app.state.runtime))
+        keepers = [
+            asyncio.create_task(_retention(app.state.runtime)),
+            asyncio.create_task(app.state.runtime.jobs.run()),
+        ]
         try:
             yield
         finally:
-            keeper.cancel()
-            with suppress(asyncio.CancelledError):
-                await keeper
+            for task in keepers:
+                task.cancel()
+            for task in keepers:
+                with suppress(asyncio.CancelledError):
+                    await task
             if runtime is None:
                 await app.state.runtime.close()
             m.worker_exit(os.getpid())

@@ -227,8 +227,31 @@ class IngestOut(BaseModel):
     embedded: int
     ids: list[str]
     seconds: float
+    stage_seconds: dict[str, float] = Field(
+        default_factory=dict,
+        description="where the time went: lookup, analyse, embed, write (the transaction)",
+    )
     lsn: str | None = Field(
         default=None, description="the primary's WAL position after the write (with replicas)"
+    )
+
+
+class JobOut(BaseModel):
+    """A write queued because its embedding takes longer than one request should."""
+
+    id: str
+    namespace: str
+    state: Literal["queued", "running", "done", "failed"]
+    received: int
+    ids: list[str] = Field(description="the memories' ids, fixed when the job was accepted")
+    estimate_s: float = Field(description="the embedding time estimated when it was accepted")
+    attempts: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    report: IngestOut | None = Field(description="what was written, once done")
+    error: str | None = Field(
+        description="why the last attempt failed (queued: it is tried again; failed: given up)"
     )
 
 
@@ -301,7 +324,21 @@ COMMON_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
-    404: {"model": Problem, "description": "no such memory or run"}
+    404: {"model": Problem, "description": "no such memory, run or job in this namespace"}
+}
+
+QUEUED: dict[int | str, dict[str, Any]] = {
+    202: {
+        "model": JobOut,
+        "description": "the batch needs more embedding than one request should wait for "
+        "(RETRIEVAL_INLINE_EMBED_S): it is stored as a job and written in the background; "
+        "follow Location (GET /v1/jobs/{id}) until its state is done",
+    },
+    429: {
+        "model": Problem,
+        "description": "the namespace has RETRIEVAL_MAX_OPEN_JOBS write jobs unfinished; see "
+        "Retry-After",
+    },
 }
 
 

@@ -33,6 +33,7 @@ EXPECTED = {
     "POST /v1/retrieve",
     "GET /v1/runs/{run_id}",
     "POST /v1/memories",
+    "GET /v1/jobs/{job_id}",
     "GET /v1/memories/{memory_id}",
     "DELETE /v1/memories/{memory_id}",
     "POST /v1/feedback",

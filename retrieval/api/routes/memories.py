@@ -7,22 +7,32 @@ import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
+from fastapi.responses import JSONResponse
 
 from db import store as q
 from retrieval import metrics as m
 from retrieval.api.deps import RuntimeDep, ScopeDep, check_scope
 from retrieval.api.schemas import (
     NOT_FOUND,
+    QUEUED,
     ArchivedOut,
     FeedbackIn,
     FeedbackOut,
     IngestOut,
+    JobOut,
     MemoriesIn,
     MemoryOut,
     check_limits,
 )
-from retrieval.errors import NotFound, StoreUnavailable
-from retrieval.ingest import MAX_ID_CHARS, ingest
+from retrieval.errors import NotFound
+from retrieval.ingest import (
+    MAX_ID_CHARS,
+    assign_ids,
+    embedding_text,
+    ingest,
+    stored_texts,
+    to_embed,
+)
 from retrieval.validation import MAX_NAMESPACE_CHARS, NAMESPACE_PATTERN, check_id
 
 router = APIRouter(tags=["memories"])
@@ -33,16 +43,6 @@ NamespaceQuery = Annotated[
 ]
 
 
-async def _within(seconds: float, coro: Any) -> Any:
-    """A write that has not finished by its deadline answers 503 (and is rolled back)."""
-    try:
-        return await asyncio.wait_for(coro, seconds)
-    except TimeoutError as exc:
-        raise StoreUnavailable(
-            f"the database did not finish the write within {seconds:g} s"
-        ) from exc
-
-
 def _path_id(memory_id: str) -> str:
     try:
         return check_id(memory_id)
@@ -50,29 +50,61 @@ def _path_id(memory_id: str) -> str:
         raise NotFound(f"no memory {memory_id!r}: {exc}") from None
 
 
-@router.post("/v1/memories", response_model=IngestOut)
-async def add_memories(body: MemoriesIn, rt: RuntimeDep, scope: ScopeDep) -> dict[str, Any]:
-    """Store memories (idempotent on `id`); a batch with any invalid item is rejected whole."""
+@router.post("/v1/memories", response_model=IngestOut, responses=QUEUED)
+async def add_memories(body: MemoriesIn, rt: RuntimeDep, scope: ScopeDep) -> Any:
+    """Store memories (idempotent on `id`); a batch with any invalid item is rejected whole.
+
+    Written before the answer (200) when embedding it should take at most
+    RETRIEVAL_INLINE_EMBED_S here; else stored as a job and answered 202 (see GET /v1/jobs).
+    The write deadline bounds the database transaction, not the embedding."""
     check_scope(scope, body.namespace)
     check_limits(rt.settings, body)
+    items, namespace = body.memories, body.namespace
     timeout = rt.settings.write_timeout_s
-    rep = await _within(
-        timeout,
-        ingest(
-            rt.pool,
-            rt.nlp,
-            rt.embedder,
-            body.memories,
-            namespace=body.namespace,
-            batch_size=rt.settings.embed_batch_size,
-            timeout_s=timeout,
-        ),
+    ids = assign_ids(items)
+    old = await stored_texts(rt.pool, namespace, ids, timeout_s=timeout)
+    texts = [embedding_text(items[i]) for i in to_embed(items, ids, old)]
+    estimate = await asyncio.to_thread(rt.meter.estimate_s, texts) if texts else 0.0
+    if estimate > rt.settings.inline_embed_s:
+        job = JobOut.model_validate(await rt.jobs.submit(namespace, items, ids, estimate))
+        m.INGEST_JOBS.labels("queued").inc()
+        return JSONResponse(
+            job.model_dump(mode="json"),
+            status_code=202,
+            headers={"Location": f"/v1/jobs/{job.id}?namespace={namespace}"},
+        )
+    rep = await ingest(
+        rt.pool,
+        rt.nlp,
+        rt.embedder,
+        items,
+        namespace=namespace,
+        batch_size=rt.settings.embed_batch_size,
+        timeout_s=timeout,
+        ids=ids,
+        old=old,
+        meter=rt.meter,
     )
     m.INGESTED.labels("insert").inc(rep.inserted)
     m.INGESTED.labels("update").inc(rep.updated)
     # With replicas: the primary's WAL position after the write; this namespace's reads wait
     # for a replica that has replayed it (read-your-writes).
-    return {**rep.to_json(), "lsn": await rt.router.note_write(body.namespace)}
+    return {**rep.to_json(), "lsn": await rt.router.note_write(namespace)}
+
+
+@router.get("/v1/jobs/{job_id}", response_model=JobOut, responses=NOT_FOUND)
+async def get_job(
+    job_id: Annotated[str, Path(min_length=1, max_length=64)],
+    rt: RuntimeDep,
+    scope: ScopeDep,
+    namespace: NamespaceQuery = "default",
+) -> dict[str, Any]:
+    """A write job of this namespace: queued, running, done (with what was written) or failed."""
+    check_scope(scope, namespace)
+    job = await rt.jobs.get(namespace, job_id)
+    if job is None:
+        raise NotFound(f"no write job {job_id!r} in namespace {namespace!r}")
+    return job
 
 
 @router.get("/v1/memories/{memory_id}", response_model=MemoryOut, responses=NOT_FOUND)

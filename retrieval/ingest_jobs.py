@@ -1,0 +1,206 @@
+"""Write jobs: a batch more than one request can embed is stored, answered 202, and written
+in the background by whichever process of the service claims it first.
+
+The write route estimates what embedding a batch costs here (`EmbedMeter`: tokens times the
+measured seconds per token). Up to `RETRIEVAL_INLINE_EMBED_S` it embeds and writes inline and
+answers 200, as before; above, it stores the validated batch as a job (`db/jobs.py`) and
+answers 202 with the job, whose state `GET /v1/jobs/{id}` reports. Either way the write
+deadline bounds the transaction only, so every batch within the documented limits can be
+written; a client never gets a timeout that its retry would meet again.
+
+A job is embedded outside any transaction under a lease renewed between embedding calls; a
+worker that dies leaves a lease that runs out and another claims the job. Writes are idempotent
+by id, so a job written twice (a worker that died after the commit) stores the same rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from db import jobs as q
+from retrieval import metrics as m
+from retrieval.embeddings import Embedder, EmbedMeter
+from retrieval.errors import EmbeddingError, InvalidInput, Overloaded
+from retrieval.ingest import MemoryIn, ingest
+from retrieval.nlp import JapaneseNLP
+from retrieval.replicas import ReadRouter
+
+logger = logging.getLogger(__name__)
+
+# A claimed job is this worker's for this long, renewed between embedding calls.
+LEASE_S = 60.0
+# How often an idle worker looks for jobs other processes queued (its own wake it at once).
+POLL_S = 2.0
+# Claims of one job before it is given up as failed (a job that kills its worker every time).
+MAX_ATTEMPTS = 8
+
+
+def retry_pause_s(attempts: int) -> float:
+    """Seconds before a job that failed for a passing reason (the database or the embedding
+    provider down) may be claimed again: 2, 4, 8 ... at most 60."""
+    return float(min(60, 2**attempts))
+
+
+@dataclass
+class WriteJobs:
+    """The queue of write jobs and this process's worker for it."""
+
+    pool: asyncpg.Pool
+    nlp: JapaneseNLP
+    embedder: Embedder
+    meter: EmbedMeter
+    router: ReadRouter
+    batch_size: int
+    write_timeout_s: float
+    max_open: int
+    # Whether this process writes jobs (run); off, it only queues them for other processes.
+    work: bool = True
+
+    def __post_init__(self) -> None:
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._wake = asyncio.Event()
+
+    async def submit(
+        self, namespace: str, items: list[MemoryIn], ids: list[str], estimate_s: float
+    ) -> dict[str, Any]:
+        """Store a validated batch as a job (its ids fixed now); Overloaded when the namespace
+        has `max_open` unfinished jobs already."""
+        rows = [
+            {**it.model_dump(mode="json", exclude_none=True), "id": x}
+            for it, x in zip(items, ids, strict=True)
+        ]
+        timeout = self.write_timeout_s
+        async with self.pool.acquire(timeout=timeout) as conn, conn.transaction():
+            # One submitter per namespace at a time, so the count below stays true.
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended($1, 7231))",
+                namespace,
+                timeout=timeout,
+            )
+            open_jobs = await conn.fetchval(q.OPEN_JOBS, namespace, timeout=timeout)
+            if open_jobs >= self.max_open:
+                raise Overloaded(
+                    f"namespace {namespace!r} has {open_jobs} write jobs not finished yet "
+                    f"(at most {self.max_open}); retry when one is done"
+                )
+            job_id = await q.enqueue(conn, namespace, rows, ids, estimate_s, timeout_s=timeout)
+            row = await conn.fetchrow(q.GET_JOB, namespace, job_id, timeout=timeout)
+        self._wake.set()
+        return q.job_json(row)
+
+    async def get(self, namespace: str, job_id: str) -> dict[str, Any] | None:
+        """A job of this namespace, or None (another namespace's job is not found either)."""
+        try:
+            key = uuid.UUID(job_id)
+        except ValueError:
+            return None
+        async with self.pool.acquire(timeout=self.write_timeout_s) as conn:
+            row = await conn.fetchrow(q.GET_JOB, namespace, key, timeout=self.write_timeout_s)
+        return q.job_json(row) if row is not None else None
+
+    async def run(self) -> None:
+        """Claim and write jobs until cancelled (at once when this process does not work)."""
+        while self.work:
+            try:
+                job = await self._claim()
+            except Exception as exc:  # the database is away: look again later
+                logger.warning("write jobs: cannot claim: %s", exc)
+                job = None
+            if job is None:
+                self._wake.clear()
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), POLL_S)
+                continue
+            await self.process(job)
+
+    async def _claim(self) -> asyncpg.Record | None:
+        async with self.pool.acquire(timeout=self.write_timeout_s) as conn:
+            return await conn.fetchrow(q.CLAIM, self.owner, LEASE_S, timeout=self.write_timeout_s)
+
+    async def _set(self, sql: str, *args: Any) -> str:
+        async with self.pool.acquire(timeout=self.write_timeout_s) as conn:
+            return str(await conn.execute(sql, *args, timeout=self.write_timeout_s))
+
+    async def process(self, job: asyncpg.Record) -> None:
+        """Write one claimed job: done, released for a later try, or failed."""
+        job_id, namespace = job["id"], job["namespace"]
+        if job["attempts"] > MAX_ATTEMPTS or job["items"] is None:
+            await self._set(q.FAIL, job_id, self.owner, f"gave up after {MAX_ATTEMPTS} attempts")
+            m.INGEST_JOBS.labels("failed").inc()
+            return
+        renewed = time.monotonic()
+
+        async def keep_lease() -> None:
+            nonlocal renewed
+            if time.monotonic() - renewed < LEASE_S / 3:
+                return
+            async with self.pool.acquire(timeout=self.write_timeout_s) as conn:
+                mine = await conn.fetchval(
+                    q.RENEW, job_id, self.owner, LEASE_S, timeout=self.write_timeout_s
+                )
+            if mine is None:
+                raise _LeaseLost(job_id)
+            renewed = time.monotonic()
+
+        try:
+            raw = q.load_items(job["items"])
+            items = [MemoryIn.model_validate(r) for r in raw]
+            rep = await ingest(
+                self.pool,
+                self.nlp,
+                self.embedder,
+                items,
+                namespace=namespace,
+                batch_size=self.batch_size,
+                timeout_s=self.write_timeout_s,
+                ids=[str(r["id"]) for r in raw],
+                meter=self.meter,
+                tick=keep_lease,
+            )
+            report = {**rep.to_json(), "lsn": await self.router.note_write(namespace)}
+            if await self._set(q.FINISH, job_id, self.owner, q.dump(report)) == "UPDATE 0":
+                raise _LeaseLost(job_id)
+            m.INGEST_JOBS.labels("done").inc()
+            m.INGESTED.labels("insert").inc(rep.inserted)
+            m.INGESTED.labels("update").inc(rep.updated)
+            logger.info("write job %s: %d memories in %.1f s", job_id, rep.received, rep.seconds)
+        except _LeaseLost:
+            logger.warning("write job %s: lease taken over; left to its new worker", job_id)
+        except (InvalidInput, ValueError) as exc:
+            await self._set(q.FAIL, job_id, self.owner, str(exc))
+            m.INGEST_JOBS.labels("failed").inc()
+        except asyncio.CancelledError:
+            # Shutting down: hand the job back at once (else its lease runs out first).
+            with suppress(Exception):
+                await asyncio.wait_for(
+                    self._set(q.RELEASE, job_id, self.owner, 0.0, "the service restarted"), 2.0
+                )
+            raise
+        except Exception as exc:
+            pause = retry_pause_s(job["attempts"])
+            logger.warning(
+                "write job %s: %s: %s; again in %g s", job_id, type(exc).__name__, exc, pause
+            )
+            # The caller reads this: what kind of failure, not a provider's or driver's text.
+            why = (
+                "the embedding failed"
+                if isinstance(exc, EmbeddingError)
+                else "the database was unavailable"
+            )
+            m.INGEST_JOBS.labels("retried").inc()
+            with suppress(Exception):  # the database is away: the lease runs out and frees it
+                await self._set(q.RELEASE, job_id, self.owner, pause, f"{why}; trying again")
+
+
+class _LeaseLost(Exception):
+    """Another worker holds this job now."""

@@ -1,0 +1,102 @@
+"""Write speed over HTTP: memories per second for conversation turns (LoCoMo) and Japanese
+passages (JSQuAD) at several batch sizes, and where the server spent the time, against a
+running `retrieval serve` (a fresh namespace per run; nothing else is touched):
+
+    retrieval serve --port 8765 &
+    python scripts/ingest_speed.py --url http://127.0.0.1:8765 --sets locomo jsquad \\
+        --batches 1 100 1000 --memories 200
+
+For each set and batch size it posts `--memories` memories (at least one batch) in batches,
+follows a 202's job to its end, and prints memories/s and characters/s from the first post to
+the last write, with the server's own stage seconds (lookup, analyse, embed, write) summed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+import httpx
+
+SETS = {
+    "locomo": ("locomo_dev/memories.jsonl", "content"),
+    "jsquad": ("jsquad/corpus.jsonl", "text"),
+}
+
+
+def read_set(root: Path, name: str, n: int) -> list[dict]:
+    path, key = SETS[name]
+    out = []
+    with open(root / path, encoding="utf-8") as fh:
+        for line in fh:
+            d = json.loads(line)
+            item = {"content": d[key]}
+            if d.get("title"):
+                item["title"] = d["title"]
+            out.append(item)
+            if len(out) >= n:
+                break
+    return out
+
+
+def write(client: httpx.Client, ns: str, batch: list[dict]) -> tuple[int, dict]:
+    """Post one batch; the report (following a job to its end) and the status first answered."""
+    r = client.post("/v1/memories", json={"namespace": ns, "memories": batch})
+    r.raise_for_status()
+    if r.status_code == 200:
+        return 200, r.json()
+    while True:
+        job = client.get(r.headers["location"]).json()
+        if job["state"] == "done":
+            return 202, job["report"]
+        if job["state"] == "failed":
+            raise SystemExit(f"job failed: {job['error']}")
+        time.sleep(0.25)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--url", default="http://127.0.0.1:8765")
+    ap.add_argument("--dir", type=Path, default=Path("../shared/eval"))
+    ap.add_argument("--sets", nargs="+", choices=sorted(SETS), default=sorted(SETS))
+    ap.add_argument("--batches", nargs="+", type=int, default=[1, 100, 1000])
+    ap.add_argument("--memories", type=int, default=200, help="memories per run (≥ one batch)")
+    args = ap.parse_args()
+    print(
+        "| set | batch | memories | answered | mem/s | chars/s | lookup | analyse | embed | write |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    with httpx.Client(base_url=args.url, timeout=3600.0) as client:
+        for name in args.sets:
+            for size in args.batches:
+                n = max(args.memories, size)
+                items = read_set(args.dir, name, n)
+                ns = f"speed-{name}-{size}-{uuid.uuid4().hex[:6]}"
+                stages: dict[str, float] = defaultdict(float)
+                answered: set[int] = set()
+                t = time.perf_counter()
+                for start in range(0, len(items), size):
+                    status, rep = write(client, ns, items[start : start + size])
+                    answered.add(status)
+                    for k, v in rep.get("stage_seconds", {}).items():
+                        stages[k] += v
+                took = time.perf_counter() - t
+                chars = sum(len(it["content"]) for it in items)
+                cols = " | ".join(
+                    f"{stages.get(k, 0.0):.1f}" for k in ("lookup", "analyse", "embed", "write")
+                )
+                print(
+                    f"| {name} | {size} | {len(items)} | {'/'.join(map(str, sorted(answered)))} "
+                    f"| {len(items) / took:.1f} | {chars / took:.0f} | {cols} |",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,275 @@
+"""Writes that take longer to embed than a request should wait: queued as jobs, answered 202,
+written in the background, kept across a restart; and a write deadline that bounds only the
+database transaction (before: a batch of 500 conversation turns was a 503 on every retry)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from retrieval.api import create_app
+from retrieval.errors import EmbeddingError, Overloaded
+from retrieval.ingest import parse_items
+from retrieval.ingest_jobs import WriteJobs
+from retrieval.runtime import Runtime
+
+SCOPED = "key-scoped-jobs"
+
+
+def _runtime(
+    rt: Runtime, *, embedder: Any = None, owner: str | None = None, **update: Any
+) -> Runtime:
+    """The shared runtime with other settings and a queue (and worker) of its own."""
+    s = rt.settings.model_copy(update=update)
+    jobs = WriteJobs(
+        rt.pool,
+        rt.nlp,
+        embedder or rt.embedder,
+        rt.meter,
+        rt.router,
+        batch_size=s.embed_batch_size,
+        write_timeout_s=s.write_timeout_s,
+        max_open=s.max_open_jobs,
+        work=s.job_worker,
+    )
+    if owner is not None:
+        jobs.owner = owner
+    return replace(rt, settings=s, jobs=jobs)
+
+
+@asynccontextmanager
+async def _client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(runtime.settings, runtime=runtime)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c,
+    ):
+        yield c
+
+
+async def _until_finished(
+    c: httpx.AsyncClient, location: str, *, limit_s: float = 300.0, **kw: Any
+) -> dict:
+    end = time.monotonic() + limit_s
+    while True:
+        r = await c.get(location, **kw)
+        assert r.status_code == 200, r.text
+        job = r.json()
+        if job["state"] in ("done", "failed") or time.monotonic() > end:
+            return job
+        await asyncio.sleep(0.2)
+
+
+def _turns(n: int, prefix: str = "t") -> list[dict[str, Any]]:
+    return [
+        {"id": f"{prefix}{i}", "content": f"Day {i}: we walked the dog to the river and talked."}
+        for i in range(n)
+    ]
+
+
+async def test_a_batch_over_the_inline_budget_is_a_job_written_in_the_background(rt, ns):
+    runtime = _runtime(rt, inline_embed_s=0.0)
+    async with _client(runtime) as c:
+        items = [
+            {"id": "a", "content": "京都の紅葉を見に行く計画を立てた"},
+            {"id": "b", "content": "週末はジムで筋トレをした"},
+        ]
+        r = await c.post("/v1/memories", json={"namespace": ns, "memories": items})
+        assert r.status_code == 202, r.text
+        queued = r.json()
+        assert queued["state"] in ("queued", "running", "done")
+        assert queued["ids"] == ["a", "b"] and queued["received"] == 2
+        assert r.headers["location"] == f"/v1/jobs/{queued['id']}?namespace={ns}"
+        job = await _until_finished(c, r.headers["location"])
+        assert job["state"] == "done", job
+        assert job["report"]["inserted"] == 2 and job["report"]["embedded"] == 2
+        assert job["error"] is None
+        got = await c.post("/v1/retrieve", json={"namespace": ns, "query": "紅葉の旅行"})
+        assert got.json()["results"][0]["id"] == "a"
+        # Another namespace does not see the job; an id that is no job is not found either.
+        other = await c.get(f"/v1/jobs/{queued['id']}", params={"namespace": ns + "-x"})
+        assert other.status_code == 404
+        assert (await c.get("/v1/jobs/not-a-uuid", params={"namespace": ns})).status_code == 404
+        metrics = (await c.get("/metrics")).text
+        assert 'retrieval_ingest_jobs_total{event="queued"}' in metrics
+
+
+async def test_a_scoped_key_reads_no_other_namespaces_job(rt, ns):
+    runtime = _runtime(rt, inline_embed_s=0.0, api_keys=f"key-all-jobs,{SCOPED}:{ns}")
+    async with _client(runtime) as c:
+        r = await c.post(
+            "/v1/memories",
+            json={"namespace": ns + "-other", "memories": [{"content": "よそのメモ"}]},
+            headers={"Authorization": "Bearer key-all-jobs"},
+        )
+        assert r.status_code == 202
+        job_id = r.json()["id"]
+        theirs = await c.get(
+            f"/v1/jobs/{job_id}",
+            params={"namespace": ns + "-other"},
+            headers={"Authorization": f"Bearer {SCOPED}"},
+        )
+        assert theirs.status_code == 403
+        assert job_id not in theirs.text
+        mine = await c.get(
+            f"/v1/jobs/{job_id}",
+            params={"namespace": ns},
+            headers={"Authorization": f"Bearer {SCOPED}"},
+        )
+        assert mine.status_code == 404
+        assert ns + "-other" not in mine.text
+
+
+async def test_the_write_deadline_bounds_the_transaction_not_the_embedding(rt, ns):
+    """Ten passages take seconds to embed here; the transaction takes milliseconds. Before, the
+    deadline covered both and this write was a 503 every time it was sent."""
+    runtime = _runtime(rt, write_timeout_s=0.5, inline_embed_s=600.0)
+    text = (
+        "東京の下町で育った祖父は、毎朝の散歩の途中で見かけた季節の花の名前を手帳に書き留めていた。"
+        * 3
+    )
+    items = [{"id": f"p{i}", "content": f"{i}: {text}"} for i in range(10)]
+    async with _client(runtime) as c:
+        t = time.monotonic()
+        r = await c.post("/v1/memories", json={"namespace": ns, "memories": items})
+        took = time.monotonic() - t
+    assert r.status_code == 200, r.text
+    assert r.json()["inserted"] == 10
+    print(f"10 passages of {len(text)} characters: {took:.2f} s, deadline 0.5 s")
+    assert took > 0.5  # the embedding alone took longer than the deadline
+
+
+async def test_an_accepted_job_is_written_after_a_restart_and_a_dead_workers_lease(rt, ns):
+    """A process that queued jobs and died (no worker ran) or claimed one and died: another
+    process writes them; the dead owner cannot finish a job it lost."""
+    quiet = _runtime(rt, job_worker=False)
+    items = parse_items(_turns(3, "r"))
+    first = await quiet.jobs.submit(ns, items, ["r0", "r1", "r2"], 9.0)
+    second = await quiet.jobs.submit(ns, parse_items(_turns(1, "s")), ["s0"], 1.0)
+    assert first["state"] == second["state"] == "queued"
+    await quiet.jobs.run()  # returns at once: this process does not write jobs
+    assert (await quiet.jobs.get(ns, first["id"]))["state"] == "queued"
+
+    dead = _runtime(rt, owner="dead-worker")
+    claimed = await dead.jobs._claim()
+    while claimed is not None and str(claimed["id"]) != first["id"]:  # other tests' jobs
+        await dead.jobs.process(claimed)
+        claimed = await dead.jobs._claim()
+    assert claimed is not None and claimed["attempts"] == 1
+    async with rt.pool.acquire() as conn:  # its lease runs out
+        await conn.execute(
+            "UPDATE ingest_jobs SET lease_until = now() - interval '1 s' WHERE id = $1",
+            claimed["id"],
+        )
+    alive = _runtime(rt, owner="alive-worker")
+    for _ in range(10):
+        job = await alive.jobs._claim()
+        if job is None:
+            break
+        await alive.jobs.process(job)
+    done = await alive.jobs.get(ns, first["id"])
+    assert done["state"] == "done" and done["attempts"] == 2, done
+    assert done["report"]["ids"] == ["r0", "r1", "r2"]
+    assert (await alive.jobs.get(ns, second["id"]))["state"] == "done"
+    await dead.jobs.process(claimed)  # the dead owner's late finish changes nothing
+    assert await alive.jobs.get(ns, first["id"]) == done
+    async with rt.pool.acquire() as conn:
+        stored = await conn.fetchval("SELECT count(*) FROM memories WHERE namespace = $1", ns)
+        left = await conn.fetchval(
+            "SELECT items FROM ingest_jobs WHERE id = $1", uuid.UUID(first["id"])
+        )
+    assert stored == 4 and left is None
+
+
+class _Failing:
+    """An embedding provider that is down."""
+
+    name = "intfloat/multilingual-e5-small"
+    dim = 384
+
+    def embed_query(self, text: str) -> np.ndarray:
+        raise EmbeddingError("endpoint answered 502: <html>upstream secret-host:8080</html>")
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        raise EmbeddingError("endpoint answered 502: <html>upstream secret-host:8080</html>")
+
+
+async def test_a_job_failing_for_a_passing_reason_is_tried_again_later(rt, ns):
+    down = _runtime(rt, embedder=_Failing(), owner="while-down", job_worker=False)
+    job = await down.jobs.submit(ns, parse_items(_turns(2, "f")), ["f0", "f1"], 1.0)
+    async with rt.pool.acquire() as conn:  # this test's job first
+        await conn.execute(
+            "UPDATE ingest_jobs SET created_at = created_at - interval '1 day' WHERE id = $1",
+            uuid.UUID(job["id"]),
+        )
+    claimed = await down.jobs._claim()
+    assert str(claimed["id"]) == job["id"]
+    await down.jobs.process(claimed)
+    waiting = await down.jobs.get(ns, job["id"])
+    assert waiting["state"] == "queued" and waiting["attempts"] == 1
+    assert waiting["error"] == "the embedding failed; trying again"  # not the provider's text
+    async with rt.pool.acquire() as conn:
+        due = await conn.fetchval(
+            "SELECT not_before > now() FROM ingest_jobs WHERE id = $1", uuid.UUID(job["id"])
+        )
+        assert due
+        await conn.execute(
+            "UPDATE ingest_jobs SET not_before = now() WHERE id = $1", uuid.UUID(job["id"])
+        )
+    up = _runtime(rt, owner="back-up")
+    for _ in range(10):
+        got = await up.jobs._claim()
+        if got is None:
+            break
+        await up.jobs.process(got)
+    assert (await up.jobs.get(ns, job["id"]))["state"] == "done"
+
+
+async def test_a_namespace_with_too_many_open_jobs_gets_429(rt, ns):
+    runtime = _runtime(rt, inline_embed_s=0.0, max_open_jobs=1, job_worker=False)
+    async with _client(runtime) as c:
+        body = {"namespace": ns, "memories": [{"content": "一件目"}]}
+        assert (await c.post("/v1/memories", json=body)).status_code == 202
+        r = await c.post("/v1/memories", json=body)
+        assert r.status_code == 429, r.text
+        assert r.headers["retry-after"]
+        assert "write jobs not finished" in r.json()["detail"]
+        # Another namespace is not held back by this one's queue.
+        other = {"namespace": ns + "-b", "memories": [{"content": "別の名前空間"}]}
+        assert (await c.post("/v1/memories", json=other)).status_code == 202
+    with pytest.raises(Overloaded):
+        await runtime.jobs.submit(ns, parse_items([{"content": "三件目"}]), ["x"], 1.0)
+
+
+async def test_a_batch_of_1000_turns_with_default_settings_is_written(rt, ns):
+    """The documented batch limit, the real embedder, the default deadlines: accepted and
+    written (inline or as a job, as the measured embedding rate decides)."""
+    items = _turns(1000, "k")
+    async with _client(_runtime(rt)) as c:
+        t = time.monotonic()
+        r = await c.post("/v1/memories", json={"namespace": ns, "memories": items}, timeout=600)
+        assert r.status_code in (200, 202), r.text
+        answered = time.monotonic() - t
+        if r.status_code == 202:
+            job = await _until_finished(c, r.headers["location"], limit_s=600)
+            assert job["state"] == "done", job
+            report = job["report"]
+        else:
+            report = r.json()
+        took = time.monotonic() - t
+    print(
+        f"1000 short turns: answered {r.status_code} in {answered:.1f} s, written in "
+        f"{took:.1f} s ({1000 / took:.0f} memories/s)"
+    )
+    assert report["inserted"] == 1000
+    async with rt.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM memories WHERE namespace = $1", ns) == 1000
