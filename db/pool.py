@@ -28,12 +28,15 @@ async def create_pool(
     ef_search: int = 200,
     statement_timeout_ms: int = 30_000,
     idle_in_transaction_timeout_ms: int = 10_000,
+    connect_timeout_s: float = 5.0,
 ) -> asyncpg.Pool:
     """Create the pool; the vector extension must exist (run migrations first).
 
     The server stops any statement after `statement_timeout_ms` and ends a session left idle
     inside a transaction after `idle_in_transaction_timeout_ms` (0 = never), so work whose
-    caller has given up does not run on. Search legs set a tighter timeout of their own."""
+    caller has given up does not run on. Search legs set a tighter timeout of their own.
+    Opening a connection (after a restart, every pooled one is new) takes at most
+    `connect_timeout_s`, and a statement without a timeout of its own at most 60 s."""
     pool = await asyncpg.create_pool(
         dsn,
         # Startup parameters, not SET: the pool runs RESET ALL when a connection is released.
@@ -52,6 +55,7 @@ async def create_pool(
         max_size=max_size,
         init=_init,
         command_timeout=60,
+        timeout=connect_timeout_s,
     )
     assert pool is not None
     return pool

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Collection
 from typing import Any
 
 import asyncpg
@@ -14,7 +15,9 @@ INSERT INTO retrieval_runs (run_id, namespace, query, strategy, plan, candidate_
 VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8::jsonb, $9)"""
 
 # Returns one run by id.
-GET_RUN = "SELECT * FROM retrieval_runs WHERE run_id = $1"
+# A run, when its namespace is one of $2 (NULL: any); another namespace's run is not found.
+GET_RUN = """
+SELECT * FROM retrieval_runs WHERE run_id = $1 AND ($2::text[] IS NULL OR namespace = ANY($2))"""
 
 
 async def insert_run(
@@ -46,10 +49,17 @@ async def insert_run(
         )
 
 
-async def get_run(pool: asyncpg.Pool, run_id: str) -> dict[str, Any] | None:
-    """One run as a dict, or None."""
-    async with pool.acquire() as conn:
-        row = await conn.fetchrow(GET_RUN, uuid.UUID(run_id))
+async def get_run(
+    pool: asyncpg.Pool,
+    run_id: str,
+    *,
+    namespaces: Collection[str] | None = None,
+    timeout_s: float | None = None,
+) -> dict[str, Any] | None:
+    """One run as a dict, or None (also when its namespace is not one of `namespaces`)."""
+    scope = sorted(namespaces) if namespaces is not None else None
+    async with pool.acquire(timeout=timeout_s) as conn:
+        row = await conn.fetchrow(GET_RUN, uuid.UUID(run_id), scope, timeout=timeout_s)
     if row is None:
         return None
     out = dict(row)

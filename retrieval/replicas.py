@@ -113,17 +113,20 @@ class ReadRouter:
         assert r.pool is not None
         return r.pool, r
 
-    async def fetchrow(self, namespace: str, query: str, *args: Any) -> asyncpg.Record | None:
-        """One row read where read_pool says; a replica that fails at the connection is marked
-        failed and the primary answers instead."""
+    async def fetchrow(
+        self, namespace: str, query: str, *args: Any, timeout: float | None = None
+    ) -> asyncpg.Record | None:
+        """One row read where read_pool says, the wait for a connection and the statement each
+        within `timeout`; a replica that fails at the connection is marked failed and the
+        primary answers instead."""
         pool, replica = self.read_pool(namespace)
         try:
-            return await pool.fetchrow(query, *args)
+            return await _fetchrow(pool, query, args, timeout)
         except CONNECTION_ERRORS as exc:
             if replica is None:
                 raise
             self.mark_failed(replica, exc)
-            return await self.primary.fetchrow(query, *args)
+            return await _fetchrow(self.primary, query, args, timeout)
 
     async def note_write(self, namespace: str) -> str | None:
         """After a committed write: the primary's WAL position, remembered for the namespace
@@ -131,7 +134,8 @@ class ReadRouter:
         round trip) without replicas."""
         if not self.replicas:
             return None
-        lsn = str(await self.primary.fetchval(PRIMARY_LSN_SQL))
+        async with self.primary.acquire(timeout=self.check_timeout_s) as conn:
+            lsn = str(await conn.fetchval(PRIMARY_LSN_SQL, timeout=self.check_timeout_s))
         self._written[namespace] = max(self._written.get(namespace, 0), lsn_value(lsn))
         return lsn
 
@@ -185,3 +189,10 @@ class ReadRouter:
 
     def status(self) -> list[dict[str, Any]]:
         return [r.to_json() for r in self.replicas]
+
+
+async def _fetchrow(
+    pool: asyncpg.Pool, query: str, args: tuple[Any, ...], timeout: float | None
+) -> asyncpg.Record | None:
+    async with pool.acquire(timeout=timeout) as conn:
+        return await conn.fetchrow(query, *args, timeout=timeout)

@@ -143,23 +143,60 @@ async def test_database_stopped_answers_503_within_the_deadline_then_recovers(ow
     print(f"recovered {time.monotonic() - t0:.2f} s after SIGCONT")
 
 
-async def test_database_restart_under_load_gives_only_503s_then_recovers(own_db, own_client):
+async def _mixed(client: httpx.AsyncClient, seconds: float) -> list[tuple[str, int, float]]:
+    """A reader and a writer beside the retrieves: (route, status, seconds) of each request."""
+    out: list[tuple[str, int, float]] = []
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        t = time.monotonic()
+        if n % 2:
+            body = {"memories": [{"id": f"restart-{n}", "content": QUERIES[n % 4] + "の追記"}]}
+            r = await client.post("/v1/memories", json=body, timeout=60)
+            route = "write"
+        else:
+            r = await client.get("/v1/memories/m1", timeout=60)
+            route = "read"
+        out.append((route, r.status_code, time.monotonic() - t))
+        n += 1
+        await asyncio.sleep(0.05)
+    return out
+
+
+@pytest.mark.parametrize("how", ["fast", "crash"])
+async def test_database_restart_under_load_gives_only_503s_then_recovers(own_db, own_client, how):
+    """Stopped (fast shutdown) or killed (immediate: crash recovery at start) and started
+    again under load: only 200s and 503s, and no request outlives its deadline (a retrieve its
+    legs', a read or write the write deadline for each of its database steps)."""
     from db.embedded import embedded_dsn, stop_embedded
 
-    _, data_dir = own_db
+    rt, data_dir = own_db
 
-    async def restart() -> float:
+    async def restart() -> None:
         await asyncio.sleep(0.5)
-        await asyncio.to_thread(stop_embedded, data_dir)
+        if how == "crash":
+            os.kill(_postgres_tree(data_dir)[0], signal.SIGQUIT)
+            while (data_dir / "postmaster.pid").exists():
+                await asyncio.sleep(0.05)
+        else:
+            await asyncio.to_thread(stop_embedded, data_dir)
         await asyncio.sleep(0.5)
-        t = time.monotonic()
         await asyncio.to_thread(embedded_dsn, data_dir)
-        return t
 
-    seen, back_at = await asyncio.gather(_load(own_client, 4.0), restart())
-    statuses = Counter(s for s, _, _ in seen)
-    print(f"restart under load: {dict(statuses)}")
+    seen, mixed, _ = await asyncio.gather(
+        _load(own_client, 4.0), _mixed(own_client, 4.0), restart()
+    )
+    statuses = Counter(s for s, _, _ in seen) + Counter(s for _, s, _ in mixed)
+    slowest = max(t for _, t, _ in seen)
+    slowest_rw = max(t for _, _, t in mixed)
+    print(
+        f"restart ({how}) under load: {dict(statuses)}, slowest retrieve "
+        f"{slowest * 1000:.0f} ms, slowest read/write {slowest_rw * 1000:.0f} ms"
+    )
     assert set(statuses) <= {200, 503}, statuses
+    assert slowest < 2.0
+    # A write's steps (lookup, transaction) each have the write deadline; the test's is 3 s.
+    assert slowest_rw < 3 * rt.settings.write_timeout_s
     t0 = time.monotonic()
     while (await own_client.post("/v1/retrieve", json={"query": QUERIES[2]})).status_code != 200:
         assert time.monotonic() - t0 < 15, "no recovery after the restart"

@@ -1,8 +1,12 @@
 """The HTTP API over the real runtime: retrieve, memories, feedback, errors, auth, ops."""
 
+import asyncio
+import uuid
+
 import pytest
 
 from retrieval.config import Settings
+from tests.helpers import KEY_ALL, KEY_TEAM_A
 
 
 async def test_memories_retrieve_get_archive_feedback(client, ns, rt):
@@ -162,3 +166,29 @@ def test_settings_fail_fast():
         "bbbbbbbb": frozenset({"x", "y"}),
         "cccccccc": None,
     }
+
+
+async def test_a_scoped_key_learns_nothing_of_another_namespaces_run(authed):
+    """Before: the run was loaded first, and the 403 named the other namespace."""
+    other = f"other-{uuid.uuid4().hex[:8]}"
+    all_ns = {"Authorization": f"Bearer {KEY_ALL}"}
+    await authed.post(
+        "/v1/memories",
+        json={"namespace": other, "memories": [{"content": "社外秘の計画"}]},
+        headers=all_ns,
+    )
+    r = await authed.post(
+        "/v1/retrieve", json={"namespace": other, "query": "計画"}, headers=all_ns
+    )
+    run_id = r.json()["metadata"]["run_id"]
+    for _ in range(100):  # the run is logged in the background
+        mine = await authed.get(f"/v1/runs/{run_id}", headers=all_ns)
+        if mine.status_code == 200:
+            break
+        await asyncio.sleep(0.05)
+    assert mine.status_code == 200 and mine.json()["namespace"] == other
+    theirs = await authed.get(
+        f"/v1/runs/{run_id}", headers={"Authorization": f"Bearer {KEY_TEAM_A}"}
+    )
+    assert theirs.status_code == 404
+    assert other not in theirs.text

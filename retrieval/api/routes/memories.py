@@ -113,7 +113,13 @@ async def get_memory(
 ) -> dict[str, Any]:
     """One memory, archived or not."""
     check_scope(scope, namespace)
-    row = await rt.router.fetchrow(namespace, q.GET_MEMORY, namespace, _path_id(memory_id))
+    row = await rt.router.fetchrow(
+        namespace,
+        q.GET_MEMORY,
+        namespace,
+        _path_id(memory_id),
+        timeout=rt.settings.write_timeout_s,
+    )
     if row is None:
         raise NotFound(f"no memory {memory_id!r} in namespace {namespace!r}")
     out = dict(row)
@@ -127,7 +133,7 @@ async def archive_memory(
 ) -> dict[str, Any]:
     """Archive a memory: it is kept but never returned by a search again."""
     check_scope(scope, namespace)
-    async with rt.pool.acquire() as conn:
+    async with rt.pool.acquire(timeout=rt.settings.write_timeout_s) as conn:
         got = await conn.fetchval(
             q.ARCHIVE_MEMORY, namespace, _path_id(memory_id), timeout=rt.settings.write_timeout_s
         )
