@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 
-class StoreError(Exception):
+class RetrievalError(Exception):
+    """Base of every error this service raises on purpose (retrieval.errors re-exports it).
+    It lives in the lowest layer so that the db layer's errors are RetrievalErrors too."""
+
+
+class StoreError(RetrievalError):
     """Base of every error the db layer raises on purpose."""
 
 

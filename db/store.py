@@ -41,9 +41,13 @@ RETURNING external_id"""
 MEMORY_EXISTS = "SELECT external_id FROM memories WHERE namespace = $1 AND external_id = $2"
 
 # Records a feedback event.
+# Returns 1, or no row when $1 is a run of another namespace (a run not logged yet, or
+# purged, cannot be checked and is taken as given).
 INSERT_FEEDBACK = """
 INSERT INTO feedback (run_id, namespace, external_id, negative, comment)
-VALUES ($1, $2, $3, $4, $5)"""
+SELECT $1, $2, $3, $4, $5
+WHERE NOT EXISTS (SELECT 1 FROM retrieval_runs WHERE run_id = $1 AND namespace <> $2)
+RETURNING 1"""
 
 # Returns the stored text, tokens, vector and entities of the given external ids (to skip
 # re-embedding unchanged text; read outside the write transaction, it decides only what to embed).

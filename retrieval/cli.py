@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from db.bulk import Rebuild
 from retrieval.config import Settings
-from retrieval.errors import InvalidInput, RetrievalError, StoreError
+from retrieval.errors import InvalidInput, RetrievalError
 from retrieval.importer import PARALLEL_FROM
 from retrieval.models import Strategy
 from retrieval.validation import check_instant
@@ -483,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
             from retrieval.bench import run_bench_cli
 
             return asyncio.run(run_bench_cli(settings, args))
-    except (RetrievalError, StoreError) as exc:
+    except RetrievalError as exc:
         return _err(str(exc))
     except KeyboardInterrupt:
         return 130

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-# The db layer's errors, re-exported: callers of the service catch them from here.
-from db.errors import EmbeddingModelMismatch, StoreError, WriteConflict
+# The root and the db layer's errors, re-exported: callers of the service catch them from here.
+from db.errors import EmbeddingModelMismatch, RetrievalError, StoreError, WriteConflict
 
 __all__ = [
     "EmbeddingModelMismatch",
@@ -18,10 +18,6 @@ __all__ = [
     "WriteConflict",
     "EmbeddingError",
 ]
-
-
-class RetrievalError(Exception):
-    """Base of every error this package raises on purpose."""
 
 
 class InvalidInput(RetrievalError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -62,6 +63,13 @@ CONTEXT = "context"
 MAX_CONTEXT_MESSAGES = 6
 
 
+# A query's embedding reads at most this many characters of the query, and of its context text
+# the last this many (the end holds the question): about one of e5's 512-token windows, at most
+# ~1.5 s of one core here. Uncut, six messages of 3,000 characters were one ~30 s job that ran
+# on after its request had answered, and four such requests held every tenant's vector legs.
+QUERY_EMBED_MAX_CHARS = 512
+
+
 def context_query(text: str, conversation: tuple[tuple[str, str], ...]) -> str | None:
     """`context + "---" + text` from the recent conversation, or None without one."""
     msgs = [
@@ -70,6 +78,15 @@ def context_query(text: str, conversation: tuple[tuple[str, str], ...]) -> str |
         if content.strip()
     ]
     return "\n".join(msgs) + "\n---\n" + text if msgs else None
+
+
+def embedding_texts(query: str, conversation: tuple[tuple[str, str], ...]) -> list[str]:
+    """What a query embeds: the query, and with a conversation its context text, each cut to
+    QUERY_EMBED_MAX_CHARS (the query's start, the context text's end)."""
+    texts = [query[:QUERY_EMBED_MAX_CHARS]]
+    if (ctx_q := context_query(query, conversation)) is not None:
+        texts.append(ctx_q[-QUERY_EMBED_MAX_CHARS:])
+    return texts
 
 
 # Seeds pass on (their fused score / the best one's) to this power.
@@ -157,6 +174,7 @@ class Orchestrator:
         sources: Mapping[Source, SourceFn] = SOURCES,
         presets: Mapping[Any, Preset] = PRESETS,
         embed_cache_bytes: int = 32 * 1024 * 1024,
+        max_request_connections: int = 4,
         run_log_max_pending: int = 64,
         run_log_timeout_s: float = 5.0,
         router: ReadRouter | None = None,
@@ -170,6 +188,7 @@ class Orchestrator:
         self.embedder = embedder
         self.tz = ZoneInfo(timezone)
         self.source_timeout_ms = source_timeout_ms
+        self.max_request_connections = max_request_connections
         self.max_query_chars = max_query_chars
         self.max_limit = max_limit
         self.log_runs = log_runs
@@ -188,8 +207,23 @@ class Orchestrator:
             embed_cache_bytes, lambda key, v: 100 + 4 * len(str(key)) + int(v.nbytes)
         )
 
-    def _embed_cached(self, text: str) -> np.ndarray:
-        return self._embeddings.get_or_compute(text, lambda: self.embedder.embed_query(text))
+    def _embed_cached(self, namespace: str, text: str) -> np.ndarray:
+        # Keyed by namespace too: a hit (a fast embed stage) must not tell one tenant what
+        # another has just asked.
+        return self._embeddings.get_or_compute(
+            (namespace, text), lambda: self.embedder.embed_query(text)
+        )
+
+    def _embed_all(
+        self, namespace: str, texts: list[str], given_up: threading.Event
+    ) -> list[np.ndarray]:
+        """The texts' vectors, in order; stops before a text once the request has given up."""
+        out = []
+        for t in texts:
+            if given_up.is_set():
+                raise asyncio.CancelledError
+            out.append(self._embed_cached(namespace, t))
+        return out
 
     def validate(self, query: str, options: RetrievalOptions) -> str:
         """Reject what cannot be answered; return the query stripped."""
@@ -244,18 +278,18 @@ class Orchestrator:
         clock = _StageClock()
         # The embedding (the costliest stage) overlaps the analysis and the sources that need
         # no vector: those start as soon as the analysis has chosen the plan.
-        texts = (
-            [q] if (ctx_q := context_query(q, options.recent_conversation)) is None else [q, ctx_q]
-        )
+        texts = embedding_texts(q, options.recent_conversation)
+        given_up = threading.Event()  # set when the request no longer waits for the vectors
         embedding = asyncio.get_running_loop().run_in_executor(
             self._embed_executor,
             clock.timed,
             "embed",
-            lambda: [self._embed_cached(t) for t in texts],
+            lambda: self._embed_all(options.namespace, texts, given_up),
         )
         try:
             intent = await asyncio.to_thread(clock.timed, "analyze", self.analyzer.analyze, q, now)
         except BaseException:
+            given_up.set()
             embedding.cancel()
             raise
         p = self._plan(intent, options)
@@ -270,6 +304,7 @@ class Orchestrator:
         )
         clock.ms["search"] = (time.perf_counter() - t_search) * 1000.0
         if not (embedding.done() and not embedding.cancelled() and embedding.exception() is None):
+            given_up.set()  # a text not started yet is not embedded for nobody
             embedding.cancel()  # no vector source ran (or the embedding failed, and they say so)
             clock.ms.pop("embed", None)
         _require_an_answer(p, reports)
@@ -391,6 +426,7 @@ class Orchestrator:
             k=max(p.preset.candidates_per_source, options.limit),
             window=window,
             now=now,
+            slots=asyncio.Semaphore(self.max_request_connections),
         )
 
     def _log_run(

@@ -177,7 +177,9 @@ class ReadRouter:
         except Exception as exc:
             if r.healthy:
                 logger.warning("replica %d unhealthy: %s", r.index, exc)
-            r.healthy, r.lag_s, r.error = False, None, f"{type(exc).__name__}: {exc}"[:200]
+            # The driver's text names hosts and ports: logged, not shown (/readyz has no auth).
+            logger.warning("replica %d: %s: %s", r.index, type(exc).__name__, exc)
+            r.healthy, r.lag_s, r.error = False, None, type(exc).__name__
         m.REPLICA_HEALTHY.labels(str(r.index)).set(1 if r.healthy else 0)
         if r.lag_s is not None and not math.isinf(r.lag_s):
             m.REPLICA_LAG.labels(str(r.index)).set(r.lag_s)

@@ -6,9 +6,10 @@ expiry, archive and `searchable` through the same WHERE clause ($1..$5).
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import MappingProxyType
@@ -170,6 +171,12 @@ class Skip(Exception):
     """The source has nothing to search for in this query (no window, no keywords, no names)."""
 
 
+# The keyword leg scores at most this many of a query's terms (the rarest): its postings read
+# grew with every distinct term of a query of up to 2,000 characters. Every question of the dev
+# sets has fewer.
+MAX_QUERY_TERMS = 32
+
+
 # Sets the statement timeout of the current transaction (milliseconds, as text).
 SET_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', $1, true)"
 
@@ -177,8 +184,13 @@ SET_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', $1, true)"
 @asynccontextmanager
 async def leg_connection(ctx: SearchContext) -> AsyncIterator[asyncpg.Connection]:
     """A pool connection in a read-only transaction that the server itself cancels at the leg's
-    deadline: a query whose caller has given up must not run on and hold the connection."""
-    async with ctx.pool.acquire(timeout=ctx.timeout_s) as conn, conn.transaction(readonly=True):
+    deadline: a query whose caller has given up must not run on and hold the connection. Taken
+    within the request's connection budget (`ctx.slots`), waited for inside the leg's deadline."""
+    async with (
+        ctx.slots if ctx.slots is not None else nullcontext(),
+        ctx.pool.acquire(timeout=ctx.timeout_s) as conn,
+        conn.transaction(readonly=True),
+    ):
         await conn.execute(SET_STATEMENT_TIMEOUT, str(max(1, int(ctx.timeout_s * 1000))))
         yield conn
 
@@ -206,6 +218,9 @@ class SearchContext:
     # The read replica `pool` belongs to (a retry goes to the primary), or None: the primary.
     replica: Any = None
     debug: dict[str, Any] = field(default_factory=dict)
+    # The request's connection budget: at most this many of its legs hold a pooled connection
+    # at once (None: no bound), so that a few requests cannot hold the whole pool.
+    slots: asyncio.Semaphore | None = None
 
     def where_args(self, window: TimeRange | None = None) -> tuple[Any, ...]:
         f = self.filters
@@ -292,6 +307,8 @@ async def keyword(ctx: SearchContext) -> list[Candidate]:
         stats = await conn.fetch(TERM_STATS_SQL, ctx.filters.namespace, text, timeout=ctx.timeout_s)
         if not stats:
             return []
+        # The rarest terms carry the score; the rest would only grow the postings read.
+        stats = sorted(stats, key=lambda r: float(r["idf"]), reverse=True)[:MAX_QUERY_TERMS]
         terms = [r["term"] for r in stats]
         ctx.debug["keyword_terms"] = terms
         rows = await conn.fetch(

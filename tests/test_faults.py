@@ -216,7 +216,7 @@ class _SlowEmbedder:
         return self.inner.embed_query(text)
 
     def embed_passages(self, texts: list[str]) -> np.ndarray:
-        raise EmbeddingError("embedding endpoint answered 502")
+        raise EmbeddingError("embedding endpoint refused: 502 <html>gateway emb-7.internal</html>")
 
 
 async def test_slow_embedder_cuts_the_vector_legs_at_their_deadline(own_db):
@@ -251,6 +251,8 @@ async def test_embedding_failure_on_write_is_503(own_db):
         app.state.runtime = broken
         r = await c.post("/v1/memories", json={"memories": [{"content": "新しいメモ"}]})
     assert r.status_code == 503 and r.headers["retry-after"], r.text
+    # The provider's own text (its page, its host) stays in the log.
+    assert "emb-7.internal" not in r.text and "embedding provider failed" in r.text
 
 
 @pytest.mark.parametrize(

@@ -152,3 +152,31 @@ def test_dates_past_what_can_be_held_are_dropped_not_raised(analyzer, text):
 def test_extreme_now_gives_no_window(analyzer, now):
     intent = analyzer.analyze("先週の会議と3日前のメモ", datetime.fromisoformat(now))
     assert intent.time_range is None
+
+
+def _best_of(fn, text: str, runs: int = 3) -> float:
+    import time
+
+    best = float("inf")
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn(text)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+@pytest.mark.parametrize(
+    "unit", ["1", "一", "12日前", "3月5日、"], ids=["digits", "kanji", "ago", "dates"]
+)
+def test_time_expression_scan_is_linear_in_the_query(unit):
+    """Before: every pattern could start a number inside a run of digits and read the rest of
+    it (4,000 digits: 2.6 s in the analyzer), and each atom was checked against every earlier
+    one. Eight times the text must cost well under the 64 times of a quadratic scan."""
+    from retrieval.timeatoms import scan
+
+    short, long = unit * (2000 // len(unit)), unit * (16000 // len(unit))
+    ratio = _best_of(scan, long) / max(_best_of(scan, short), 1e-4)
+    print(f"{unit!r}: 8x the text costs {ratio:.1f}x")
+    assert ratio < 24
+    assert scan("1" * 4000 + "日前") == []  # no number of 4,000 digits is a time
+    assert [a.kind for a in scan("3日前")] == ["ago"]

@@ -8,7 +8,12 @@ import pytest
 
 from retrieval.errors import InvalidInput, StoreUnavailable
 from retrieval.models import RetrievalOptions, Source, Strategy, TimeRange
-from retrieval.orchestrator import Orchestrator, context_query
+from retrieval.orchestrator import (
+    QUERY_EMBED_MAX_CHARS,
+    Orchestrator,
+    context_query,
+    embedding_texts,
+)
 from tests.fakes import FakeEmbedder, cand, failing_source, fixed_source
 
 NOW = datetime(2026, 11, 22, 3, tzinfo=UTC)
@@ -216,3 +221,73 @@ async def test_a_failing_context_fetch_leaves_the_results_and_says_so(analyzer):
     with pytest.raises(InvalidInput) as e:
         await _orch(analyzer, sources).retrieve("PR", RetrievalOptions(context_window=9))
     assert e.value.errors[0]["field"] == "options.context_window"
+
+
+def test_a_query_embeds_at_most_a_window_of_text():
+    """Before: the query and six 3,000-character messages were embedded whole (~30 s here)."""
+    conv = tuple(("user", f"{i}" + "長い発言" * 750) for i in range(6))
+    query = "質問" * 1500
+    texts = embedding_texts(query, conv)
+    assert [len(t) for t in texts] == [QUERY_EMBED_MAX_CHARS, QUERY_EMBED_MAX_CHARS]
+    assert texts[0] == query[:QUERY_EMBED_MAX_CHARS]
+    assert texts[1].endswith(query[-10:])
+    assert embedding_texts("短い質問", ()) == ["短い質問"]
+
+
+class _CountingEmbedder(FakeEmbedder):
+    """Counts query embeddings; each takes `delay` seconds."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        super().__init__()
+        self.delay, self.calls = delay, []
+
+    def embed_query(self, text: str):
+        import time
+
+        self.calls.append(text)
+        time.sleep(self.delay)
+        return super().embed_query(text)
+
+
+async def test_the_embedding_cache_tells_no_tenant_what_another_asked(analyzer):
+    emb = _CountingEmbedder()
+    orch = Orchestrator(
+        None,
+        analyzer,
+        emb,
+        sources=MappingProxyType({Source.VECTOR: fixed_source([cand(1, 0.9, Source.VECTOR)])}),
+        log_runs=False,
+    )
+    await orch.retrieve("来週の出張の予定", RetrievalOptions(namespace="tenant-b"))
+    await orch.retrieve("来週の出張の予定", RetrievalOptions(namespace="tenant-b"))
+    assert len(emb.calls) == 1  # a tenant's own repeat is a hit
+    await orch.retrieve("来週の出張の予定", RetrievalOptions(namespace="tenant-a"))
+    assert len(emb.calls) == 2  # another tenant's is not: its embed stage shows no hit
+    await orch.close()
+
+
+async def test_a_request_that_gave_up_starts_no_more_embedding(analyzer):
+    """The query's vectors come too late for the legs' deadline: the context text's embedding,
+    not started yet, is never started (before: it ran for nobody)."""
+    emb = _CountingEmbedder(delay=0.6)
+    orch = Orchestrator(
+        None,
+        analyzer,
+        emb,
+        sources=MappingProxyType(
+            {
+                Source.VECTOR: fixed_source([]),
+                Source.KEYWORD: fixed_source([cand(1, 0.9, Source.KEYWORD, "出張の予定")]),
+            }
+        ),
+        source_timeout_ms=100,
+        log_runs=False,
+    )
+    conv = (("user", "出張の話をしよう"),)
+    resp = await orch.retrieve(
+        "来週の出張の予定", RetrievalOptions(recent_conversation=conv, expand=False)
+    )
+    assert "vector" in resp.metadata.degraded
+    await asyncio.sleep(1.0)  # the first text finishes; the second would have started
+    assert len(emb.calls) == 1
+    await orch.close()

@@ -202,3 +202,77 @@ async def test_small_windows_are_searched_exactly(rt, ns, monkeypatch):
         got = [c.external_id for c in await src.temporal(ctx)]
         assert ctx.debug["temporal_exact"] is exact
         assert got == want_ids[:5], exact
+
+
+async def test_the_keyword_leg_scores_at_most_the_rarest_32_terms(rt, ns):
+    """Before: every distinct term of the query (up to 2,000 characters) read its postings."""
+    from retrieval.models import Filters
+    from retrieval.sources import MAX_QUERY_TERMS, SearchContext, keyword
+
+    words = [f"word{i:03d}x" for i in range(80)]
+    common = [{"id": f"c{i}", "content": " ".join(words[:60])} for i in range(5)]
+    rare = [{"id": "rare", "content": "the only one with " + " ".join(words[60:])}]
+    await _ingest(rt, ns, common + rare)
+    intent = rt.analyzer.analyze(" ".join(words))
+    assert len(intent.keywords) > MAX_QUERY_TERMS
+    ctx = SearchContext(
+        pool=rt.pool, intent=intent, vectors=[], filters=Filters(namespace=ns), k=10
+    )
+    got = await keyword(ctx)
+    assert got[0].external_id == "rare"  # its terms are the rarest: they are the ones kept
+    assert len(ctx.debug["keyword_terms"]) == MAX_QUERY_TERMS
+
+
+class _CountingPool:
+    """A pool that records how many connections are held at once."""
+
+    def __init__(self, pool) -> None:
+        self.pool, self.held, self.most = pool, 0, 0
+
+    def acquire(self, timeout=None):
+        from contextlib import asynccontextmanager
+
+        @asynccontextmanager
+        async def held():
+            async with self.pool.acquire(timeout=timeout) as conn:
+                self.held += 1
+                self.most = max(self.most, self.held)
+                try:
+                    yield conn
+                finally:
+                    self.held -= 1
+
+        return held()
+
+
+async def test_one_request_holds_at_most_its_connection_budget(rt, ns):
+    """Before: a request held up to seven pooled connections at once (first wave, added
+    sources, expansion)."""
+    from retrieval.models import RetrievalOptions, Source
+    from retrieval.orchestrator import Orchestrator
+
+    await _ingest(
+        rt,
+        ns,
+        [
+            {"id": f"m{i}", "content": f"{i}: 来週の京都出張の打ち合わせメモ", "thread": "t"}
+            for i in range(6)
+        ],
+    )
+    for budget in (1, 4):
+        pool = _CountingPool(rt.pool)
+        orch = Orchestrator(
+            pool,  # type: ignore[arg-type]
+            rt.analyzer,
+            rt.embedder,
+            source_timeout_ms=5000,
+            log_runs=False,
+            max_request_connections=budget,
+        )
+        opts = RetrievalOptions(
+            namespace=ns, add_sources=(Source.RECENT, Source.STATES, Source.VECTOR_GLOBAL)
+        )
+        resp = await orch.retrieve("先週の京都出張の打ち合わせ", opts)
+        await orch.close()
+        assert resp.results and not resp.metadata.degraded, resp.metadata.degraded
+        assert 1 <= pool.most <= budget, (budget, pool.most)

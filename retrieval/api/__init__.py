@@ -128,11 +128,13 @@ async def _on_error(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"detail": _invalid_detail(exc)}, status_code=422)
     if status == 503:
         logger.warning("unavailable: %s: %s", type(exc).__name__, exc)
-        msg = (
-            str(exc)
-            if isinstance(exc, (RetrievalError, StoreError))
-            else "the database is unavailable"
-        )
+        if isinstance(exc, EmbeddingError):
+            # A provider's own text (its error page, its host) is for the log, not the caller.
+            msg = "the embedding provider failed"
+        elif isinstance(exc, RetrievalError):
+            msg = str(exc)
+        else:
+            msg = "the database is unavailable"
         return JSONResponse(
             {"detail": f"unavailable, retry later: {msg}"},
             status_code=503,

@@ -192,3 +192,21 @@ async def test_a_scoped_key_learns_nothing_of_another_namespaces_run(authed):
     )
     assert theirs.status_code == 404
     assert other not in theirs.text
+
+
+async def test_feedback_refuses_another_namespaces_run(client, ns, rt):
+    """Before: feedback in one namespace could name a run of another."""
+    other = ns + "-o"
+    for n in (ns, other):
+        body = {"namespace": n, "memories": [{"id": "a", "content": "議事録の共有"}]}
+        assert (await client.post("/v1/memories", json=body)).status_code == 200
+    r = await client.post("/v1/retrieve", json={"namespace": other, "query": "議事録"})
+    run_id = r.json()["metadata"]["run_id"]
+    await rt.orchestrator.flush()
+    body = {"namespace": ns, "memory_id": "a", "run_id": run_id, "negative": True}
+    refused = await client.post("/v1/feedback", json=body)
+    assert refused.status_code == 404 and other not in refused.text
+    mine = await client.get("/v1/memories/a", params={"namespace": ns})
+    assert mine.json()["searchable"] is True  # nothing marked
+    ok = await client.post("/v1/feedback", json={**body, "namespace": other})
+    assert ok.status_code == 200

@@ -153,7 +153,7 @@ async def feedback(body: FeedbackIn, rt: RuntimeDep, scope: ScopeDep) -> dict[st
         got = await conn.fetchval(sql, body.namespace, body.memory_id, timeout=timeout)
         if got is None:
             raise NotFound(f"no memory {body.memory_id!r} in namespace {body.namespace!r}")
-        await conn.execute(
+        stored = await conn.fetchval(
             q.INSERT_FEEDBACK,
             uuid.UUID(body.run_id) if body.run_id else None,
             body.namespace,
@@ -162,6 +162,8 @@ async def feedback(body: FeedbackIn, rt: RuntimeDep, scope: ScopeDep) -> dict[st
             body.comment,
             timeout=timeout,
         )
+        if stored is None:  # rolled back with the transaction: nothing marked
+            raise NotFound(f"no run {body.run_id} in namespace {body.namespace!r}")
     await rt.router.note_write(body.namespace)
     m.FEEDBACK.labels("negative" if body.negative else "positive").inc()
     return {"id": body.memory_id, "namespace": body.namespace, "searchable": not body.negative}
