@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Run the locust load headless against a local service for a fixed time; print p50/p95/p99 and
-# errors. Usage: scripts/load_test.sh [HOST] [USERS] [SECONDS]
-#   HOST defaults to http://127.0.0.1:8000 (this machine only), USERS to 8, SECONDS to 30.
+# errors. Usage: scripts/load_test.sh [HOST] [USERS] [SECONDS] [USER CLASSES...]
+#   HOST defaults to http://127.0.0.1:8000 (this machine only), USERS to 8, SECONDS to 30;
+#   user classes of scripts/locustfile.py (default: every one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HOST="${1:-http://127.0.0.1:8000}"
 USERS="${2:-8}"
 SECONDS_="${3:-30}"
+shift $(( $# < 3 ? $# : 3 ))
 case "$HOST" in
   http://127.*|http://localhost*|http://\[::1\]*) ;;
   *) echo "refusing to load-test $HOST: only local services" >&2; exit 2 ;;
 esac
 OUT="$(mktemp -d)"
 .venv/bin/locust -f scripts/locustfile.py --host "$HOST" --headless -u "$USERS" -r "$USERS" \
-  -t "${SECONDS_}s" --csv "$OUT/load" --only-summary >/dev/null 2>"$OUT/locust.log" || true
+  -t "${SECONDS_}s" --csv "$OUT/load" --only-summary "$@" >/dev/null 2>"$OUT/locust.log" || true
 .venv/bin/python - "$OUT/load_stats.csv" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))

@@ -1,14 +1,23 @@
 """Locust load for POST /v1/retrieve: mixed Japanese/English, with a realistic share of temporal,
 keyword (factual) and conceptual queries, and a few with recent conversation.
 
-    locust -f scripts/locustfile.py --host http://127.0.0.1:8000
+    locust -f scripts/locustfile.py --host http://127.0.0.1:8000 ContextAssembler
 Set RETRIEVAL_LOAD_NAMESPACE to aim at another namespace (default: default).
+
+`HeavyTenant` (one user, namespace `heavy`) sends the most expensive retrieval the default
+limits allow, each one new (no cache helps): a 2,000-character query, 50 messages of 20,000
+characters, limit 100, every added source, expansion, context window 5. Run the ordinary users
+with and without it to see what one tenant's cost does to the others:
+
+    scripts/load_test.sh http://127.0.0.1:8000 4 60 ContextAssembler
+    scripts/load_test.sh http://127.0.0.1:8000 5 60 ContextAssembler HeavyTenant
 """
 
 from __future__ import annotations
 
 import os
 import random
+import string
 
 from locust import HttpUser, between, task
 
@@ -78,3 +87,37 @@ class ContextAssembler(HttpUser):
     @task(1)
     def other(self) -> None:
         self._retrieve(random.choice(OTHER), "retrieve hybrid", conversation=random.random() < 0.3)
+
+
+def _noise(n: int) -> str:
+    """n characters of new text (Japanese and Latin), so that no cache holds it."""
+    kana = "あいうえおかきくけこさしすせそたちつてとなにぬねのはひふへほまみむめもやゆよ"
+    pool = kana + string.ascii_lowercase + " "
+    return "".join(random.choice(pool) for _ in range(n))
+
+
+class HeavyTenant(HttpUser):
+    """One tenant sending the most expensive request the default limits allow."""
+
+    fixed_count = 1
+    wait_time = between(0.0, 0.05)
+
+    @task
+    def heavy(self) -> None:
+        body = {
+            "query": _noise(2000),
+            "namespace": "heavy",
+            "recent_conversation": [
+                {"role": "user" if i % 2 else "assistant", "content": _noise(20_000)}
+                for i in range(50)
+            ],
+            "options": {
+                "limit": 100,
+                "expand": True,
+                "context_window": 5,
+                "add_sources": ["recent", "states", "vector_global"],
+            },
+        }
+        with self.client.post("/v1/retrieve", json=body, name="heavy", catch_response=True) as r:
+            if r.status_code not in (200, 503):
+                r.failure(f"HTTP {r.status_code}")
