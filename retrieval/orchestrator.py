@@ -8,7 +8,6 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -20,7 +19,6 @@ import numpy as np
 from db.runs import insert_run
 from retrieval import metrics as m
 from retrieval.analyzer import QueryAnalyzer
-from retrieval.cache import ByteLRU
 from retrieval.context import MAX_CONTEXT_WINDOW, surrounding
 from retrieval.embeddings import Embedder
 from retrieval.errors import InvalidInput, StoreUnavailable
@@ -41,6 +39,7 @@ from retrieval.models import (
     SourceStatus,
     TimeRange,
 )
+from retrieval.query_embedding import EmbeddingBusy, QueryEmbeddings, cut_texts
 from retrieval.replicas import CONNECTION_ERRORS, ReadRouter
 from retrieval.rerank import blend_lex, fuse_first_wave, lex_signal, rerank
 from retrieval.sources import (
@@ -63,13 +62,6 @@ CONTEXT = "context"
 MAX_CONTEXT_MESSAGES = 6
 
 
-# A query's embedding reads at most this many characters of the query, and of its context text
-# the last this many (the end holds the question): about one of e5's 512-token windows, at most
-# ~1.5 s of one core here. Uncut, six messages of 3,000 characters were one ~30 s job that ran
-# on after its request had answered, and four such requests held every tenant's vector legs.
-QUERY_EMBED_MAX_CHARS = 512
-
-
 def context_query(text: str, conversation: tuple[tuple[str, str], ...]) -> str | None:
     """`context + "---" + text` from the recent conversation, or None without one."""
     msgs = [
@@ -78,15 +70,6 @@ def context_query(text: str, conversation: tuple[tuple[str, str], ...]) -> str |
         if content.strip()
     ]
     return "\n".join(msgs) + "\n---\n" + text if msgs else None
-
-
-def embedding_texts(query: str, conversation: tuple[tuple[str, str], ...]) -> list[str]:
-    """What a query embeds: the query, and with a conversation its context text, each cut to
-    QUERY_EMBED_MAX_CHARS (the query's start, the context text's end)."""
-    texts = [query[:QUERY_EMBED_MAX_CHARS]]
-    if (ctx_q := context_query(query, conversation)) is not None:
-        texts.append(ctx_q[-QUERY_EMBED_MAX_CHARS:])
-    return texts
 
 
 # Seeds pass on (their fused score / the best one's) to this power.
@@ -195,35 +178,12 @@ class Orchestrator:
         self.sources = sources
         self.presets = presets
         self._background: set[asyncio.Task[None]] = set()
-        # Embeddings get threads of their own: a hung embedding endpoint then holds these, not
-        # the default executor that the analyzer and the reranker need to answer at all.
-        self._embed_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="embed")
         self.run_log_max_pending = run_log_max_pending
         self.run_log_timeout_s = run_log_timeout_s
         # A context assembler asks the same question more than once; embedding is the costliest
-        # stage (~10-25 ms), so repeated texts are embedded once. Bounded by bytes: a context
-        # query carries up to a conversation's worth of text.
-        self._embeddings: ByteLRU[np.ndarray] = ByteLRU(
-            embed_cache_bytes, lambda key, v: 100 + 4 * len(str(key)) + int(v.nbytes)
-        )
-
-    def _embed_cached(self, namespace: str, text: str) -> np.ndarray:
-        # Keyed by namespace too: a hit (a fast embed stage) must not tell one tenant what
-        # another has just asked.
-        return self._embeddings.get_or_compute(
-            (namespace, text), lambda: self.embedder.embed_query(text)
-        )
-
-    def _embed_all(
-        self, namespace: str, texts: list[str], given_up: threading.Event
-    ) -> list[np.ndarray]:
-        """The texts' vectors, in order; stops before a text once the request has given up."""
-        out = []
-        for t in texts:
-            if given_up.is_set():
-                raise asyncio.CancelledError
-            out.append(self._embed_cached(namespace, t))
-        return out
+        # stage (~10-25 ms), so repeated texts are embedded once, per namespace; each tenant's
+        # embedding work is bounded (retrieval.query_embedding).
+        self.embeddings = QueryEmbeddings(embedder, cache_bytes=embed_cache_bytes)
 
     def validate(self, query: str, options: RetrievalOptions) -> str:
         """Reject what cannot be answered; return the query stripped."""
@@ -278,14 +238,21 @@ class Orchestrator:
         clock = _StageClock()
         # The embedding (the costliest stage) overlaps the analysis and the sources that need
         # no vector: those start as soon as the analysis has chosen the plan.
-        texts = embedding_texts(q, options.recent_conversation)
+        texts = cut_texts(q, context_query(q, options.recent_conversation))
         given_up = threading.Event()  # set when the request no longer waits for the vectors
-        embedding = asyncio.get_running_loop().run_in_executor(
-            self._embed_executor,
-            clock.timed,
-            "embed",
-            lambda: self._embed_all(options.namespace, texts, given_up),
+        t_embed = time.perf_counter()
+        embedding = self.embeddings.submit(
+            options.namespace,
+            texts,
+            time.monotonic() + self.source_timeout_ms / 1000.0,
+            given_up,
         )
+
+        def timed(_: object) -> None:  # on the loop, while this request still waits for it
+            if not given_up.is_set():
+                clock.ms["embed"] = (time.perf_counter() - t_embed) * 1000.0
+
+        embedding.add_done_callback(timed)
         try:
             intent = await asyncio.to_thread(clock.timed, "analyze", self.analyzer.analyze, q, now)
         except BaseException:
@@ -542,7 +509,12 @@ class Orchestrator:
         except Exception as exc:  # the embedding failed: the vector legs cannot run
             m.SOURCE_ERRORS.labels(source.value).inc()
             logger.warning("source %s skipped: embedding failed: %s", source.value, exc)
-            why = f"embedding failed: {type(exc).__name__}"
+            # This tenant's own backlog is said as such; another failure by its kind only.
+            why = (
+                str(exc)
+                if isinstance(exc, EmbeddingBusy)
+                else f"embedding failed: {type(exc).__name__}"
+            )
             return SourceReport(source.value, 0.0, 0, SourceStatus.ERROR, why)
 
     async def _run_source(
@@ -627,7 +599,7 @@ class Orchestrator:
     async def close(self) -> None:
         """Finish background writes; stop the embedding threads (a hung one is left behind)."""
         await self.flush()
-        self._embed_executor.shutdown(wait=False, cancel_futures=True)
+        self.embeddings.close()
 
 
 def _with_timeout(ctx: SearchContext, timeout: float) -> SearchContext:

@@ -8,12 +8,8 @@ import pytest
 
 from retrieval.errors import InvalidInput, StoreUnavailable
 from retrieval.models import RetrievalOptions, Source, Strategy, TimeRange
-from retrieval.orchestrator import (
-    QUERY_EMBED_MAX_CHARS,
-    Orchestrator,
-    context_query,
-    embedding_texts,
-)
+from retrieval.orchestrator import Orchestrator, context_query
+from retrieval.query_embedding import QUERY_EMBED_MAX_CHARS, cut_texts
 from tests.fakes import FakeEmbedder, cand, failing_source, fixed_source
 
 NOW = datetime(2026, 11, 22, 3, tzinfo=UTC)
@@ -227,11 +223,11 @@ def test_a_query_embeds_at_most_a_window_of_text():
     """Before: the query and six 3,000-character messages were embedded whole (~30 s here)."""
     conv = tuple(("user", f"{i}" + "長い発言" * 750) for i in range(6))
     query = "質問" * 1500
-    texts = embedding_texts(query, conv)
+    texts = cut_texts(query, context_query(query, conv))
     assert [len(t) for t in texts] == [QUERY_EMBED_MAX_CHARS, QUERY_EMBED_MAX_CHARS]
     assert texts[0] == query[:QUERY_EMBED_MAX_CHARS]
     assert texts[1].endswith(query[-10:])
-    assert embedding_texts("短い質問", ()) == ["短い質問"]
+    assert cut_texts("短い質問", None) == ["短い質問"]
 
 
 class _CountingEmbedder(FakeEmbedder):
@@ -290,4 +286,42 @@ async def test_a_request_that_gave_up_starts_no_more_embedding(analyzer):
     assert "vector" in resp.metadata.degraded
     await asyncio.sleep(1.0)  # the first text finishes; the second would have started
     assert len(emb.calls) == 1
+    await orch.close()
+
+
+class _SlowPerChar(FakeEmbedder):
+    """Embedding takes 2 ms a character (as a long text does on a real CPU)."""
+
+    def embed_query(self, text: str):
+        import time
+
+        time.sleep(0.002 * len(text))
+        return super().embed_query(text)
+
+
+async def test_a_tenant_with_embedding_in_flight_cannot_queue_more(analyzer):
+    """Before: a tenant's long queries each started an embedding that ran on after its request
+    gave up; a few of them held every embedding thread and other tenants' vector legs failed."""
+    sources = MappingProxyType(
+        {
+            Source.VECTOR: fixed_source([cand(1, 0.9, Source.VECTOR, "出張")]),
+            Source.KEYWORD: fixed_source([cand(1, 0.9, Source.KEYWORD, "出張")]),
+        }
+    )
+    orch = Orchestrator(
+        None, analyzer, _SlowPerChar(), sources=sources, source_timeout_ms=3000, log_runs=False
+    )
+    orch.embeddings.max_pending_s = 0.6
+    await orch.retrieve("出張", RetrievalOptions(namespace="warm", expand=False))  # the rate
+    long = "長" * QUERY_EMBED_MAX_CHARS  # ~0.5 s here
+    first = asyncio.ensure_future(
+        orch.retrieve(long, RetrievalOptions(namespace="heavy", expand=False))
+    )
+    await asyncio.sleep(0.1)
+    second = await orch.retrieve(long + "二", RetrievalOptions(namespace="heavy", expand=False))
+    other = await orch.retrieve("来週の出張", RetrievalOptions(namespace="light", expand=False))
+    assert "vector" in second.metadata.degraded
+    assert "still being embedded" in second.metadata.search_breakdown["vector"].error
+    assert "vector" not in other.metadata.degraded  # another tenant is not held back
+    assert "vector" not in (await first).metadata.degraded
     await orch.close()

@@ -28,7 +28,7 @@ def test_ngram_and_embedding_caches_are_bounded_by_bytes(rt):
     assert rerank._NGRAMS.max_bytes == rerank.NGRAM_CACHE_BYTES
     rerank.doc_ngrams("長い" * 50_000, 2)
     assert rerank._NGRAMS.bytes <= rerank.NGRAM_CACHE_BYTES
-    assert rt.orchestrator._embeddings.max_bytes == rt.settings.embed_cache_bytes
+    assert rt.orchestrator.embeddings.cache.max_bytes == rt.settings.embed_cache_bytes
 
 
 async def test_run_log_writes_past_the_bound_are_dropped_and_counted(rt, ns):

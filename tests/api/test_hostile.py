@@ -173,7 +173,7 @@ async def test_unknown_methods_share_one_metric_label(client):
     assert 'method="FOO"' not in text and 'method="other"' in text
 
 
-async def test_scoped_key_gets_403_on_every_route_of_another_namespace(authed, rt):
+async def test_scoped_key_is_refused_on_every_route_of_another_namespace(authed, rt):
     all_ = {"Authorization": f"Bearer {KEY_ALL}"}
     team = {"Authorization": f"Bearer {KEY_TEAM_A}"}
     r = await authed.post(
@@ -190,17 +190,21 @@ async def test_scoped_key_gets_403_on_every_route_of_another_namespace(authed, r
     )
     run_id = r.json()["metadata"]["run_id"]
     await rt.orchestrator.flush()
+    # A run names no namespace in its path: another namespace's run is not found (404, its
+    # namespace unnamed); every route that names one refuses it (403).
     calls = [
-        ("GET", "/v1/memories/secret?namespace=team-b", None),
-        ("DELETE", "/v1/memories/secret?namespace=team-b", None),
-        ("POST", "/v1/feedback", {"namespace": "team-b", "memory_id": "secret"}),
-        ("GET", f"/v1/runs/{run_id}", None),
-        ("POST", "/v1/retrieve", {"query": "秘密", "namespace": "team-b"}),
-        ("POST", "/v1/memories", {"namespace": "team-b", "memories": [{"content": "x"}]}),
+        ("GET", "/v1/memories/secret?namespace=team-b", None, 403),
+        ("DELETE", "/v1/memories/secret?namespace=team-b", None, 403),
+        ("POST", "/v1/feedback", {"namespace": "team-b", "memory_id": "secret"}, 403),
+        ("GET", f"/v1/runs/{run_id}", None, 404),
+        ("GET", f"/v1/jobs/{run_id}?namespace=team-b", None, 403),
+        ("POST", "/v1/retrieve", {"query": "秘密", "namespace": "team-b"}, 403),
+        ("POST", "/v1/memories", {"namespace": "team-b", "memories": [{"content": "x"}]}, 403),
     ]
-    for method, path, body in calls:
+    for method, path, body, status in calls:
         r = await authed.request(method, path, headers=team, json=body)
-        assert r.status_code == 403, (method, path, r.text)
+        assert r.status_code == status, (method, path, r.text)
+        assert "team-b" not in r.text or status == 403, (method, path, r.text)
         r = await authed.request(method, path, json=body)
         assert r.status_code == 401, (method, path, r.text)
     assert (await authed.get("/v1/memories/secret?namespace=team-b", headers=all_)).json()[

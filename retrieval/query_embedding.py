@@ -1,0 +1,142 @@
+"""Query embeddings with a bound per tenant: what one caller asks costs the others nothing.
+
+Embedding is a request's costliest stage and the one a caller controls: before, the query and
+its conversation were embedded whole (six messages of 3,000 characters: one ~30 s job), the job
+ran on after its request had answered, and four such requests held every embedding thread, so
+every other tenant's vector legs timed out for minutes. Here:
+
+- each text is cut (`QUERY_EMBED_MAX_CHARS`: the query's start, the conversation text's end),
+- a text is started only if it can finish before the request's deadline (its tokens times the
+  measured seconds per token), and not at all once the request has given up,
+- a namespace may have at most `max_pending_s` estimated seconds of embedding in flight; past
+  that its request is answered without vectors (its vector legs say why), never queued behind,
+- the cache is keyed by namespace and text: a hit, and its fast `embed` stage, tells no tenant
+  what another asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+
+from retrieval.cache import ByteLRU
+from retrieval.embeddings import Embedder, EmbedMeter
+from retrieval.errors import EmbeddingError
+
+# Characters of a query embedded (the start), and of its conversation text (the end, which
+# holds the question). At most ~1 token a character: ~0.6 s of one core here, inside the
+# default 800 ms leg deadline; every question of the dev sets is shorter.
+QUERY_EMBED_MAX_CHARS = 256
+
+
+class EmbeddingBusy(EmbeddingError):
+    """This namespace's earlier queries are still being embedded; this one gets no vectors."""
+
+
+class QueryEmbeddings:
+    """Embeds queries on threads of their own, cached, with the bounds above."""
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        *,
+        cache_bytes: int,
+        threads: int = 4,
+        max_pending_s: float = 1.0,
+    ) -> None:
+        self.embedder = embedder
+        # Threads of their own: a hung embedding endpoint holds these, not the default executor
+        # that the analyzer and the reranker need to answer at all.
+        self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="embed")
+        self.cache: ByteLRU[np.ndarray] = ByteLRU(
+            cache_bytes, lambda key, v: 100 + 4 * len(str(key)) + int(v.nbytes)
+        )
+        self.meter = EmbedMeter(embedder)
+        self.max_pending_s = max_pending_s
+        self._pending: dict[str, float] = defaultdict(float)
+        self._lock = threading.Lock()
+
+    def submit(
+        self, namespace: str, texts: list[str], deadline: float, given_up: threading.Event
+    ) -> asyncio.Future[list[np.ndarray]]:
+        """The texts' vectors (in order; a text that cannot finish by `deadline`, a monotonic
+        time, and those after it are left out); EmbeddingBusy at once when the namespace has
+        too much embedding in flight."""
+        cost = self._estimate(texts)
+        with self._lock:
+            if (
+                self._pending[namespace] > 0
+                and self._pending[namespace] + cost > self.max_pending_s
+            ):
+                fut: asyncio.Future[list[np.ndarray]] = asyncio.get_running_loop().create_future()
+                fut.set_exception(
+                    EmbeddingBusy(
+                        "this namespace's earlier queries are still being embedded "
+                        f"(~{self._pending[namespace]:.1f} s of work)"
+                    )
+                )
+                return fut
+            self._pending[namespace] += cost
+        job: Future[list[np.ndarray]] = self.executor.submit(
+            self._embed_all, namespace, texts, deadline, given_up
+        )
+        job.add_done_callback(lambda _: self._release(namespace, cost))
+        return asyncio.wrap_future(job)
+
+    def _release(self, namespace: str, cost: float) -> None:
+        with self._lock:
+            left = self._pending[namespace] - cost
+            if left <= 1e-9:
+                del self._pending[namespace]
+            else:
+                self._pending[namespace] = left
+
+    def _estimate(self, texts: list[str]) -> float:
+        rate = self.meter.seconds_per_unit
+        return self.meter.units(texts) * rate if rate is not None else 0.0
+
+    def _embed_all(
+        self, namespace: str, texts: list[str], deadline: float, given_up: threading.Event
+    ) -> list[np.ndarray]:
+        out = []
+        for i, text in enumerate(texts):
+            if given_up.is_set():
+                break
+            if i > 0 and time.monotonic() + self._estimate([text]) > deadline:
+                break  # the first text is always tried; a later one only if it can be used
+            out.append(self.cache.get_or_compute((namespace, text), _Once(self, text)))
+        if not out:
+            raise asyncio.CancelledError
+        return out
+
+    def one(self, text: str) -> np.ndarray:
+        """One text's vector, timed into the rate."""
+        t = time.perf_counter()
+        v = self.embedder.embed_query(text)
+        self.meter.record(self.meter.units([text]), time.perf_counter() - t)
+        return v
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+class _Once:
+    def __init__(self, owner: QueryEmbeddings, text: str) -> None:
+        self.owner, self.text = owner, text
+
+    def __call__(self) -> np.ndarray:
+        return self.owner.one(self.text)
+
+
+def cut_texts(query: str, context_text: str | None) -> list[str]:
+    """What a query embeds: its start, and the end of its conversation text (when it has one),
+    each QUERY_EMBED_MAX_CHARS at most."""
+    texts = [query[:QUERY_EMBED_MAX_CHARS]]
+    if context_text is not None:
+        texts.append(context_text[-QUERY_EMBED_MAX_CHARS:])
+    return texts
