@@ -7,10 +7,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -29,6 +30,19 @@ UNHOLDABLE_DATES = (
 
 KEY_ALL = "key-all-0001"
 KEY_TEAM_A = "key-team-a-01"
+
+
+@asynccontextmanager
+async def app_client(runtime: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """An in-process client of the app over `runtime`, its lifespan (job worker ...) running."""
+    from retrieval.api import create_app
+
+    app = create_app(runtime.settings, runtime=runtime)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c,
+    ):
+        yield c
 
 
 def shared_file(*parts: str) -> Path:

@@ -26,6 +26,7 @@ from retrieval.config import Settings
 from retrieval.errors import EmbeddingError
 from retrieval.models import RetrievalOptions
 from retrieval.runtime import open_runtime
+from tests.helpers import app_client
 
 LEG_MS = 400
 QUERIES = ["ジムでの筋トレ", "京都旅行の計画", "先週の会議の議事録", "カレーの隠し味"]
@@ -92,11 +93,7 @@ async def own_db(tmp_path_factory, nlp, embedder):
 @pytest.fixture
 async def own_client(own_db):
     rt, _ = own_db
-    app = create_app(rt.settings, runtime=rt)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c,
-    ):
+    async with app_client(rt) as c:
         yield c
 
 

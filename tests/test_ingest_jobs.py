@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -16,11 +14,11 @@ import httpx
 import numpy as np
 import pytest
 
-from retrieval.api import create_app
 from retrieval.errors import EmbeddingError, Overloaded
 from retrieval.ingest import parse_items
 from retrieval.ingest_jobs import WriteJobs
 from retrieval.runtime import Runtime
+from tests.helpers import app_client
 
 SCOPED = "key-scoped-jobs"
 
@@ -46,16 +44,6 @@ def _runtime(
     return replace(rt, settings=s, jobs=jobs)
 
 
-@asynccontextmanager
-async def _client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(runtime.settings, runtime=runtime)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c,
-    ):
-        yield c
-
-
 async def _until_finished(
     c: httpx.AsyncClient, location: str, *, limit_s: float = 300.0, **kw: Any
 ) -> dict:
@@ -69,6 +57,15 @@ async def _until_finished(
         await asyncio.sleep(0.2)
 
 
+async def _drain(jobs: WriteJobs, most: int = 10) -> None:
+    """Claim and write due jobs (this test's and any other's) until none is left."""
+    for _ in range(most):
+        job = await jobs._claim()
+        if job is None:
+            return
+        await jobs.process(job)
+
+
 def _turns(n: int, prefix: str = "t") -> list[dict[str, Any]]:
     return [
         {"id": f"{prefix}{i}", "content": f"Day {i}: we walked the dog to the river and talked."}
@@ -78,7 +75,7 @@ def _turns(n: int, prefix: str = "t") -> list[dict[str, Any]]:
 
 async def test_a_batch_over_the_inline_budget_is_a_job_written_in_the_background(rt, ns):
     runtime = _runtime(rt, inline_embed_s=0.0)
-    async with _client(runtime) as c:
+    async with app_client(runtime) as c:
         items = [
             {"id": "a", "content": "京都の紅葉を見に行く計画を立てた"},
             {"id": "b", "content": "週末はジムで筋トレをした"},
@@ -105,7 +102,7 @@ async def test_a_batch_over_the_inline_budget_is_a_job_written_in_the_background
 
 async def test_a_scoped_key_reads_no_other_namespaces_job(rt, ns):
     runtime = _runtime(rt, inline_embed_s=0.0, api_keys=f"key-all-jobs,{SCOPED}:{ns}")
-    async with _client(runtime) as c:
+    async with app_client(runtime) as c:
         r = await c.post(
             "/v1/memories",
             json={"namespace": ns + "-other", "memories": [{"content": "よそのメモ"}]},
@@ -138,7 +135,7 @@ async def test_the_write_deadline_bounds_the_transaction_not_the_embedding(rt, n
         * 3
     )
     items = [{"id": f"p{i}", "content": f"{i}: {text}"} for i in range(10)]
-    async with _client(runtime) as c:
+    async with app_client(runtime) as c:
         t = time.monotonic()
         r = await c.post("/v1/memories", json={"namespace": ns, "memories": items})
         took = time.monotonic() - t
@@ -171,11 +168,7 @@ async def test_an_accepted_job_is_written_after_a_restart_and_a_dead_workers_lea
             claimed["id"],
         )
     alive = _runtime(rt, owner="alive-worker")
-    for _ in range(10):
-        job = await alive.jobs._claim()
-        if job is None:
-            break
-        await alive.jobs.process(job)
+    await _drain(alive.jobs)
     done = await alive.jobs.get(ns, first["id"])
     assert done["state"] == "done" and done["attempts"] == 2, done
     assert done["report"]["ids"] == ["r0", "r1", "r2"]
@@ -226,17 +219,13 @@ async def test_a_job_failing_for_a_passing_reason_is_tried_again_later(rt, ns):
             "UPDATE ingest_jobs SET not_before = now() WHERE id = $1", uuid.UUID(job["id"])
         )
     up = _runtime(rt, owner="back-up")
-    for _ in range(10):
-        got = await up.jobs._claim()
-        if got is None:
-            break
-        await up.jobs.process(got)
+    await _drain(up.jobs)
     assert (await up.jobs.get(ns, job["id"]))["state"] == "done"
 
 
 async def test_a_namespace_with_too_many_open_jobs_gets_429(rt, ns):
     runtime = _runtime(rt, inline_embed_s=0.0, max_open_jobs=1, job_worker=False)
-    async with _client(runtime) as c:
+    async with app_client(runtime) as c:
         body = {"namespace": ns, "memories": [{"content": "一件目"}]}
         assert (await c.post("/v1/memories", json=body)).status_code == 202
         r = await c.post("/v1/memories", json=body)
@@ -254,7 +243,7 @@ async def test_a_batch_of_1000_turns_with_default_settings_is_written(rt, ns):
     """The documented batch limit, the real embedder, the default deadlines: accepted and
     written (inline or as a job, as the measured embedding rate decides)."""
     items = _turns(1000, "k")
-    async with _client(_runtime(rt)) as c:
+    async with app_client(_runtime(rt)) as c:
         t = time.monotonic()
         r = await c.post("/v1/memories", json={"namespace": ns, "memories": items}, timeout=600)
         assert r.status_code in (200, 202), r.text
