@@ -121,7 +121,10 @@ class WriteJobs:
                 with suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), POLL_S)
                 continue
-            await self.process(job)
+            try:
+                await self.process(job)
+            except Exception:  # e.g. the database went away while marking it: its lease runs out
+                logger.exception("write job %s: left for a later claim", job["id"])
 
     async def _claim(self) -> asyncpg.Record | None:
         async with self.pool.acquire(timeout=self.write_timeout_s) as conn:

@@ -262,3 +262,28 @@ async def test_a_batch_of_1000_turns_with_default_settings_is_written(rt, ns):
     assert report["inserted"] == 1000
     async with rt.pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM memories WHERE namespace = $1", ns) == 1000
+
+
+async def test_the_worker_outlives_a_job_it_could_not_finish(rt, ns):
+    """A failure while marking a job (the database gone at that moment) must not end the
+    worker: the next job is still written."""
+    runtime = _runtime(rt, owner="sturdy")
+    jobs = runtime.jobs
+    real = jobs.process
+    seen: list[str] = []
+
+    async def flaky(job):
+        seen.append(str(job["id"]))
+        if len(seen) == 1:
+            raise ConnectionResetError("the database went away")
+        await real(job)
+        if len(seen) >= 2:
+            worker.cancel()
+
+    jobs.process = flaky  # type: ignore[method-assign]
+    await jobs.submit(ns, parse_items(_turns(1, "a")), ["a0"], 0.1)
+    await jobs.submit(ns, parse_items(_turns(1, "b")), ["b0"], 0.1)
+    worker = asyncio.ensure_future(jobs.run())
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(worker, 120)
+    assert len(seen) >= 2
