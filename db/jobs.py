@@ -1,7 +1,8 @@
 """The write-job queue (migration 0012): enqueue, claim under a lease, renew, finish, read.
 
-A job is claimed by one worker at a time: the claim takes the oldest due job that is queued, or
-running under a lease that ran out (its worker died), and sets a new lease. Every later change
+A job is claimed by one worker at a time: the claim takes a due job that is queued, or running
+under a lease that ran out (its worker died) — of the namespace served least recently, its
+oldest — and sets a new lease. Every later change
 names the owner, so a worker whose lease was taken over cannot finish a job another now holds.
 """
 
@@ -21,15 +22,20 @@ VALUES ($1, $2, $3::jsonb, $4, $5::text[], $6)"""
 OPEN_JOBS = """
 SELECT count(*) FROM ingest_jobs WHERE namespace = $1 AND state IN ('queued', 'running')"""
 
-# $1 owner, $2 lease seconds.
+# $1 owner, $2 lease seconds. The namespace served least recently goes first (one that was
+# never served before all), then the oldest job: one tenant's long queue does not hold
+# another's single job behind it.
 CLAIM = """
 UPDATE ingest_jobs SET state = 'running', owner = $1,
        lease_until = now() + make_interval(secs => $2), attempts = attempts + 1,
-       started_at = coalesce(started_at, now())
-WHERE id = (SELECT id FROM ingest_jobs
-            WHERE state IN ('queued', 'running') AND not_before <= now()
-              AND (state = 'queued' OR lease_until < now())
-            ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+       started_at = now()
+WHERE id = (SELECT j.id FROM ingest_jobs j
+            WHERE j.state IN ('queued', 'running') AND j.not_before <= now()
+              AND (j.state = 'queued' OR j.lease_until < now())
+            ORDER BY (SELECT max(o.started_at) FROM ingest_jobs o
+                      WHERE o.namespace = j.namespace) NULLS FIRST,
+                     j.created_at
+            LIMIT 1 FOR UPDATE OF j SKIP LOCKED)
 RETURNING id, namespace, items, attempts"""
 
 # $1 id, $2 owner, $3 lease seconds; no row when the lease is no longer this owner's.

@@ -287,3 +287,26 @@ async def test_the_worker_outlives_a_job_it_could_not_finish(rt, ns):
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(worker, 120)
     assert len(seen) >= 2
+
+
+async def test_one_tenants_long_queue_does_not_hold_anothers_job(rt, ns):
+    """Before: jobs were taken oldest first, so one tenant's queue of big batches held every
+    other tenant's job behind all of it."""
+    quiet = _runtime(rt, job_worker=False, max_open_jobs=10)
+    busy, other = ns + "-busy", ns + "-one"
+    mine = [
+        (await quiet.jobs.submit(busy, parse_items(_turns(1, f"q{i}")), [f"q{i}"], 0.1))["id"]
+        for i in range(3)
+    ]
+    theirs = (await quiet.jobs.submit(other, parse_items(_turns(1, "o")), ["o0"], 0.1))["id"]
+    worker = _runtime(rt, owner="fair")
+    order: list[str] = []
+    for _ in range(40):
+        job = await worker.jobs._claim()
+        if job is None:
+            break
+        order.append(str(job["id"]))
+        await worker.jobs.process(job)
+    assert set(mine) | {theirs} <= set(order)
+    # After at most one of the busy tenant's jobs, the other tenant's single job.
+    assert order.index(theirs) < order.index(mine[1]), order
