@@ -67,7 +67,9 @@ class QueryEmbeddings:
         self.cache: ByteLRU[np.ndarray] = ByteLRU(
             cache_bytes, lambda key, v: 100 + 4 * len(str(key)) + int(v.nbytes)
         )
-        self.meter = EmbedMeter(embedder)
+        # Characters, not tokens: a query's cost is estimated on the event loop, and counting
+        # tokens costs ~1 ms a text (a character is at most about one token; a text is short).
+        self.meter = EmbedMeter(embedder, count=len)
         self.max_pending_s = max_pending_s
         self._pending: dict[str, float] = defaultdict(float)
         self._lock = threading.Lock()
