@@ -6,8 +6,8 @@ ran on after its request had answered, and four such requests held every embeddi
 every other tenant's vector legs timed out for minutes. Here:
 
 - each text is cut (`QUERY_EMBED_MAX_CHARS`: the query's start, the conversation text's end),
-- a text is started only if it can finish before the request's deadline (its tokens times the
-  measured seconds per token), and not at all once the request has given up,
+- a text is started only if it can finish before the request's deadline (its characters times
+  the measured CPU seconds per character), and not at all once the request has given up,
 - a namespace may have at most `max_pending_s` estimated seconds of long embeddings in flight;
   past that its request is answered without vectors (its vector legs say why), never queued,
 - a text that should take more than `LONG_EMBED_S` runs on a background thread (nice 19, one
