@@ -2,8 +2,8 @@
 
 A job is claimed by one worker at a time: the claim takes a due job that is queued, or running
 under a lease that ran out (its worker died) — of the namespace served least recently, its
-oldest — and sets a new lease. Every later change
-names the owner, so a worker whose lease was taken over cannot finish a job another now holds.
+oldest — and sets a new lease. Every later change names the owner, so a worker whose lease was
+taken over cannot finish a job another now holds.
 """
 
 from __future__ import annotations

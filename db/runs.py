@@ -83,8 +83,8 @@ DELETE FROM {table} WHERE ctid = ANY (ARRAY(
 
 
 async def purge_old(pool: asyncpg.Pool, days: int, *, batch: int = 5000) -> dict[str, int]:
-    """Delete run-log, feedback and finished write-job rows older than `days`, `batch` rows per statement (short
-    transactions, no long lock); returns the rows deleted per table."""
+    """Delete run-log, feedback and finished write-job rows older than `days`, `batch` rows per
+    statement (short transactions, no long lock); returns the rows deleted per table."""
     deleted = {}
     for table, sql in _PURGE.items():
         total = 0

@@ -502,11 +502,9 @@ def _row(
 def assign_ids(items: list[MemoryIn]) -> list[str]:
     """Each item's id, a new one where it gives none; InvalidInput on a repeated id."""
     ids = [it.id or uuid.uuid4().hex for it in items]
-    seen: set[str] = set()
-    for i, x in enumerate(ids):
-        if x in seen:
-            raise InvalidInput([{"index": i, "field": "id", "reason": f"duplicate id {x!r}"}])
-        seen.add(x)
+    errors = duplicate_ids(ids, range(len(ids)), key="index", noun="item")
+    if errors:
+        raise InvalidInput(errors)
     return ids
 
 
