@@ -31,6 +31,11 @@ class ByteLRU(Generic[V]):
     def __len__(self) -> int:
         return len(self._items)
 
+    def __contains__(self, key: Hashable) -> bool:
+        """Whether `key` is held now (neither a hit nor a use: nothing is counted or moved)."""
+        with self._lock:
+            return key in self._items
+
     def get_or_compute(self, key: Hashable, fn: Callable[[], V]) -> V:
         with self._lock:
             got = self._items.get(key)

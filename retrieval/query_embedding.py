@@ -10,9 +10,10 @@ every other tenant's vector legs timed out for minutes. Here:
   the measured CPU seconds per character), and not at all once the request has given up,
 - a namespace may have at most `max_pending_s` estimated seconds of long embeddings in flight;
   past that its request is answered without vectors (its vector legs say why), never queued,
-- a text that should take more than `LONG_EMBED_S` runs on a background thread (nice 19, one
-  OpenMP thread): the others' short queries go first, and a long query pays for its own length
-  (its vector legs may time out) instead of every tenant paying for it,
+- a text that should take more than `LONG_EMBED_S` runs on a background thread (nice 19): the
+  others' short queries go first, and a long query pays for its own length (its vector legs may
+  time out) instead of every tenant paying for it; a cached text costs nothing and is not
+  counted,
 - the cache is keyed by namespace and text: a hit, and its fast `embed` stage, tells no tenant
   what another asked.
 """
@@ -61,8 +62,10 @@ class QueryEmbeddings:
         # Threads of their own: a hung embedding endpoint holds these, not the default executor
         # that the analyzer and the reranker need to answer at all.
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="embed")
+        # Two: one tenant's long text (at most `max_pending_s` of them) never holds another
+        # tenant's behind it.
         self.background = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="embed-long", initializer=lower_priority
+            max_workers=2, thread_name_prefix="embed-long", initializer=lower_priority
         )
         self.cache: ByteLRU[np.ndarray] = ByteLRU(
             cache_bytes, lambda key, v: 100 + 4 * len(str(key)) + int(v.nbytes)
@@ -80,8 +83,11 @@ class QueryEmbeddings:
         """The texts' vectors (in order; a text that cannot finish by `deadline`, a monotonic
         time, and those after it are left out); EmbeddingBusy at once when the namespace has
         too much embedding in flight."""
-        cost = self._estimate(texts)
-        long = cost > LONG_EMBED_S
+        # What is cached costs nothing: only the texts still to embed are estimated, each on
+        # its own (a text, not the request, is what runs long).
+        costs = [self._estimate([t]) for t in texts if (namespace, t) not in self.cache]
+        cost = sum(costs)
+        long = any(c > LONG_EMBED_S for c in costs)
         if long:
             with self._lock:
                 if (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import unicodedata
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -300,7 +301,9 @@ def lexical_overlap(query: str, docs: Mapping[int, str], n: int = 2) -> dict[int
     if not q or not docs:
         return {k: 0.0 for k in docs}
     grams = {k: doc_ngrams(v, n) & q for k, v in docs.items()}
-    df = {g: sum(1 for s in grams.values() if g in s) for g in q}
+    df: Counter[str] = Counter()
+    for s in grams.values():  # what each text shares with the query: linear in those, not |q| x docs
+        df.update(s)
     total = len(docs)
     w = {g: math.log(1 + total / (1 + df[g])) for g in q}
     denom = sum(w.values()) or 1.0
@@ -401,13 +404,13 @@ def dedupe(
         if keep is not None and len(kept) >= keep:
             break
         dup = None
-        for j in kept_idx:
-            if sims[i, j] > threshold:
-                gi = grams.setdefault(i, char_bigrams(r.candidate.content))
-                gj = grams.setdefault(j, char_bigrams(results[j].candidate.content))
-                if jaccard(gi, gj) >= text_threshold:
-                    dup = results[j]
-                    break
+        near = np.flatnonzero(sims[i, kept_idx] > threshold) if kept_idx else ()
+        for j in (kept_idx[x] for x in near):  # in the order kept, as before
+            gi = grams.setdefault(i, char_bigrams(r.candidate.content))
+            gj = grams.setdefault(j, char_bigrams(results[j].candidate.content))
+            if jaccard(gi, gj) >= text_threshold:
+                dup = results[j]
+                break
         if dup is not None:
             dropped.append((r.candidate.external_id, dup.candidate.external_id))
             continue

@@ -23,4 +23,6 @@ print(f"{'name':28s} {'reqs':>6s} {'fails':>6s} {'rps':>7s} {'p50':>6s} {'p95':>
 for r in rows:
     print(f"{r['Name'][:28]:28s} {r['Request Count']:>6s} {r['Failure Count']:>6s} {float(r['Requests/s']):7.1f} "
           f"{r['50%']:>6s} {r['95%']:>6s} {r['99%']:>6s}")
+for r in csv.DictReader(open(sys.argv[1].replace("_stats.csv", "_failures.csv"))):
+    print(f"failed {r['Occurrences']:>5s} x {r['Name']}: {r['Error']}")
 PY

@@ -4,10 +4,11 @@ keyword (factual) and conceptual queries, and a few with recent conversation.
     locust -f scripts/locustfile.py --host http://127.0.0.1:8000 ContextAssembler
 Set RETRIEVAL_LOAD_NAMESPACE to aim at another namespace (default: default).
 
-`HeavyTenant` (one user, namespace `heavy`) sends the most expensive retrieval the default
-limits allow, each one new (no cache helps): a 2,000-character query, 50 messages of 20,000
-characters, limit 100, every added source, expansion, context window 5. Run the ordinary users
-with and without it to see what one tenant's cost does to the others:
+`HeavyTenant` (one user, namespace `heavy`, which must hold memories) sends the most expensive
+retrieval the default limits allow, each one new (no cache helps): a 2,000-character query,
+50 messages of 16,000 characters in all, each naming a stored memory of `heavy` as its
+memory_id (50 seeds to expand), limit 100, every added source, expansion, context window 5.
+Run the ordinary users with and without it to see what one tenant's cost does to the others:
 
     scripts/load_test.sh http://127.0.0.1:8000 4 60 ContextAssembler
     scripts/load_test.sh http://127.0.0.1:8000 5 60 ContextAssembler HeavyTenant
@@ -97,13 +98,11 @@ def _noise(n: int) -> str:
     return "".join(random.choices(pool, k=n))
 
 
-# The conversation is made and encoded once: locust's users share one process and take turns
-# (gevent), so a megabyte of text made per request would stall the ordinary users' clocks and
-# be counted as the service's latency. Each query is new (its embedding and the conversation
-# text's end, which holds it, are never cached).
-_CONVERSATION = json.dumps(
-    [{"role": "user" if i % 2 else "assistant", "content": _noise(20_000)} for i in range(50)]
-)
+# The conversation is made once per user: locust's users share one process and take turns
+# (gevent), so text made per request would stall the ordinary users' clocks and be counted as
+# the service's latency. Each query is new (its embedding and the conversation text's end,
+# which holds it, are never cached).
+MESSAGES, CONVERSATION_CHARS = 50, 16_000
 _OPTIONS = json.dumps(
     {
         "limit": 100,
@@ -119,12 +118,31 @@ class HeavyTenant(HttpUser):
 
     fixed_count = 1
     wait_time = between(0.0, 0.05)
+    conversation = "[]"
+
+    def on_start(self) -> None:
+        got = self.client.post(
+            "/v1/retrieve",
+            json={"query": "会議", "namespace": "heavy", "options": {"limit": MESSAGES}},
+            name="heavy setup",
+        ).json()
+        ids = [r["id"] for r in got.get("results", [])] or [None]
+        self.conversation = json.dumps(
+            [
+                {
+                    "role": "user" if i % 2 else "assistant",
+                    "content": _noise(CONVERSATION_CHARS // MESSAGES),
+                    "memory_id": ids[i % len(ids)],
+                }
+                for i in range(MESSAGES)
+            ]
+        )
 
     @task
     def heavy(self) -> None:
         body = (
             f'{{"query": {json.dumps(_noise(2000))}, "namespace": "heavy", '
-            f'"recent_conversation": {_CONVERSATION}, "options": {_OPTIONS}}}'
+            f'"recent_conversation": {self.conversation}, "options": {_OPTIONS}}}'
         )
         with self.client.post(
             "/v1/retrieve",

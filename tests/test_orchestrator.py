@@ -1,6 +1,8 @@
 """Orchestrator with fake sources swapped into the registry: partial answers, degraded sources."""
 
 import asyncio
+import threading
+import time
 from datetime import UTC, datetime
 from types import MappingProxyType
 
@@ -9,7 +11,7 @@ import pytest
 from retrieval.errors import InvalidInput, StoreUnavailable
 from retrieval.models import RetrievalOptions, Source, Strategy, TimeRange
 from retrieval.orchestrator import Orchestrator, context_query
-from retrieval.query_embedding import QUERY_EMBED_MAX_CHARS, cut_texts
+from retrieval.query_embedding import QUERY_EMBED_MAX_CHARS, QueryEmbeddings, cut_texts
 from tests.fakes import FakeEmbedder, cand, failing_source, fixed_source
 
 NOW = datetime(2026, 11, 22, 3, tzinfo=UTC)
@@ -327,3 +329,22 @@ async def test_a_tenant_with_embedding_in_flight_cannot_queue_more(analyzer):
     assert "vector" not in other.metadata.degraded  # another tenant is not held back
     assert "vector" not in (await first).metadata.degraded
     await orch.close()
+
+
+async def test_a_cached_text_costs_its_tenant_nothing():
+    """Before: a request's estimate counted every text, cached or not, so a question asked
+    again (or an ordinary question with a short conversation, ~100 characters together) was
+    taken for a long one: refused as busy, or queued behind another tenant's long embedding
+    on the background thread (seen in the load test: ordinary answers degraded)."""
+    q = QueryEmbeddings(_SlowPerChar(), cache_bytes=1 << 20, max_pending_s=0.6)
+    try:
+        q.one("出張")  # the rate
+        long = "長" * QUERY_EMBED_MAX_CHARS  # ~0.5 s here
+        far = time.monotonic() + 30
+        await q.submit("a", [long], far, threading.Event())
+        running = q.submit("a", [long + "二"], far, threading.Event())  # a new long text
+        again = await asyncio.wait_for(q.submit("a", [long], far, threading.Event()), 0.2)
+        assert len(again) == 1 and not running.done()
+        await running
+    finally:
+        q.close()

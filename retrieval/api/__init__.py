@@ -22,7 +22,7 @@ from db.runs import purge_old
 from retrieval import metrics as m
 from retrieval.api.middleware import BodyLimit, HttpMetrics
 from retrieval.api.routes import memories, ops, retrieve
-from retrieval.api.schemas import COMMON_RESPONSES, document_limits
+from retrieval.api.schemas import COMMON_RESPONSES, document_limits, retrieve_body_limit
 from retrieval.config import Settings
 from retrieval.errors import (
     EmbeddingError,
@@ -197,7 +197,11 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app.state.api_keys = settings.parsed_api_keys()
     app.state.settings = settings
     app.add_middleware(HttpMetrics)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=settings.max_body_bytes,
+        per_path={"/v1/retrieve": retrieve_body_limit(settings)},
+    )
     app.add_exception_handler(RequestValidationError, _on_validation)
     for exc_type in (*STATUS, asyncpg.PostgresError, Exception):
         app.add_exception_handler(exc_type, _on_error)

@@ -21,18 +21,22 @@ async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
 
 
 class BodyLimit:
-    """413 for a body over `max_bytes`: at once when Content-Length says so, else as soon as
-    the bytes read pass the limit. Nothing is parsed (nor authenticated) before that."""
+    """413 for a body over `max_bytes` (or the path's own limit in `per_path`): at once when
+    Content-Length says so, else as soon as the bytes read pass the limit. Nothing is parsed
+    (nor authenticated) before that."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, per_path: dict[str, int] | None = None
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.per_path = per_path or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.max_bytes
+        limit = self.per_path.get(scope.get("path", ""), self.max_bytes)
         detail = {"detail": f"request body larger than {limit} bytes"}
         for name, value in scope.get("headers", []):
             if name == b"content-length":

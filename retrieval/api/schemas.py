@@ -362,6 +362,16 @@ def check_limits(settings: Settings, body: BaseModel) -> None:
                         "reason": f"longer than {settings.max_message_chars} characters",
                     }
                 )
+        total = sum(len(msg.content) for msg in conv)
+        if total > settings.max_conversation_chars and not errors:
+            errors.append(
+                {
+                    "field": "recent_conversation",
+                    "reason": f"{total} characters in all, more than "
+                    f"{settings.max_conversation_chars}: send the last turns (the service "
+                    "reads the end of the last messages and every message's memory_id)",
+                }
+            )
     if isinstance(body, MemoriesIn):
         if len(body.memories) > settings.max_batch:
             errors.append(
@@ -374,6 +384,19 @@ def check_limits(settings: Settings, body: BaseModel) -> None:
         errors.extend(duplicate_ids(ids, range(len(ids)), key="index", noun="item"))
     if errors:
         raise InvalidInput(errors)
+
+
+def retrieve_body_limit(settings: Settings) -> int:
+    """POST /v1/retrieve's body limit, from its text limits (query, conversation, a memory_id
+    per message), every character counted as a JSON escape (6 bytes), and 64 KiB for the rest;
+    never above max_body_bytes. A retrieval body cannot make the service parse megabytes of
+    text it does not read."""
+    chars = (
+        settings.max_query_chars
+        + settings.max_conversation_chars
+        + settings.max_conversation_messages * MAX_ID_CHARS
+    )
+    return min(settings.max_body_bytes, 6 * chars + 64 * 1024)
 
 
 def document_limits(schema: dict[str, Any], settings: Settings) -> dict[str, Any]:

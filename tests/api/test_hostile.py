@@ -100,6 +100,10 @@ async def test_duplicate_ids_in_a_batch_are_refused(client, ns, rt):
             {"query": "x", "recent_conversation": [{"role": "user", "content": "a"}] * 51},
             "recent_conversation",
         ),
+        (  # each message within its limit, together over the conversation's
+            {"query": "x", "recent_conversation": [{"role": "user", "content": "会" * 9000}] * 2},
+            "recent_conversation",
+        ),
         ({"query": "x", "options": {"memory_types": ["\u0000"]}}, "options.memory_types.0"),
         (
             {"query": "x", "options": {"time_range": {"start": "0001-01-01T00:00:00+00:00"}}},
@@ -162,6 +166,30 @@ async def test_body_over_the_limit_is_413_before_parsing(rt):
         )
         assert r.status_code == 413
         assert (await c.post("/v1/retrieve", json={"query": "小さい"})).status_code == 200
+
+
+async def test_a_retrieval_body_is_bounded_by_what_the_service_reads(client, ns):
+    """Before: a retrieval could send 8 MB (50 messages of 20,000 characters) that the event
+    loop parsed for every other caller's time (~45 ms at 4 MB), to use 256 characters of it."""
+    from retrieval.api.schemas import retrieve_body_limit
+    from retrieval.config import Settings
+
+    limit = retrieve_body_limit(Settings())
+    assert limit < 512 * 1024
+    conv = [{"role": "user", "content": "会" * 8000}] * 2  # the most the defaults allow
+    fits = json.dumps({"query": "会議" * 1000, "namespace": ns, "recent_conversation": conv})
+    assert limit > len(fits.encode()) and limit < 4 * 1024 * 1024
+    r = await client.post("/v1/retrieve", content=fits, headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+    big = json.dumps({"query": "x", "namespace": ns, "recent_conversation": conv * 10})
+    r = await client.post("/v1/retrieve", content=big, headers={"content-type": "application/json"})
+    assert r.status_code == 413
+    # A write as large is not cut (its size is in metadata here: quick to embed).
+    memories = [{"content": f"メモ{i}", "metadata": {"note": "会" * 9000}} for i in range(7)]
+    body = json.dumps({"namespace": ns, "memories": memories})
+    assert len(body) > limit
+    r = await client.post("/v1/memories", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
 
 
 async def test_unknown_methods_share_one_metric_label(client):
