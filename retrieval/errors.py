@@ -40,7 +40,12 @@ class NotFound(RetrievalError):
 
 
 class Overloaded(RetrievalError):
-    """The caller has as much work waiting as it may; it should retry later (429)."""
+    """The caller has as much work waiting as it may; it should retry later (429), after
+    `retry_after_s` when known."""
+
+    def __init__(self, message: str, *, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class StoreUnavailable(RetrievalError):

@@ -84,6 +84,17 @@ INGEST_JOBS = Counter(
     "Write jobs (batches too big to embed inline): queued, done, retried, failed",
     ["event"],
 )
+TENANT_WAIT = Histogram(
+    "retrieval_tenant_wait_seconds",
+    "How long retrievals waited for their namespace's share of processing time (only those "
+    "that waited; no namespace label: tenants' names stay out of the metrics)",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0),
+)
+TENANT_REFUSED = Counter(
+    "retrieval_tenant_refused_total",
+    "Retrievals refused (429) because their namespace would have waited longer than "
+    "RETRIEVAL_TENANT_MAX_WAIT_S for its share of processing time",
+)
 INGEST_ERRORS = Counter("retrieval_ingest_rejected_total", "Ingest batches rejected as invalid")
 UNAVAILABLE = Counter(
     "retrieval_unavailable_total", "Retrievals answered 503 because no search source answered"

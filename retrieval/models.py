@@ -365,6 +365,9 @@ class RetrievalMetadata:
     degraded: list[str]
     run_id: str
     params: dict[str, Any] = field(default_factory=dict)
+    # Processing seconds the request cost (CPU of analysis and reranking, estimated embedding
+    # of its uncached texts): what its namespace's budget is charged (retrieval.tenant_budget).
+    cost_s: float = 0.0
 
 
 @dataclass

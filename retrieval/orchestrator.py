@@ -102,17 +102,30 @@ def choose_seeds(
 
 
 class _StageClock:
-    """Milliseconds per stage of one retrieve."""
+    """Milliseconds per stage of one retrieve, and the CPU seconds of the stages it timed
+    (on the thread that ran them: other requests' work on the machine is not counted)."""
 
     def __init__(self) -> None:
         self.ms: dict[str, float] = {}
+        self.cpu_s = 0.0
 
     def timed(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        s = time.perf_counter()
+        s, c = time.perf_counter(), time.thread_time()
         try:
             return fn(*args, **kwargs)
         finally:
             self.ms[name] = (time.perf_counter() - s) * 1000.0
+            self.cpu_s += time.thread_time() - c
+
+
+def _embedding_spent(embedding: asyncio.Future[Any], costs: list[float]) -> float:
+    """What a request's embedding cost (estimated): nothing when it was refused as busy."""
+    refused = (
+        embedding.done()
+        and not embedding.cancelled()
+        and isinstance(embedding.exception(), EmbeddingBusy)
+    )
+    return 0.0 if refused else sum(costs)
 
 
 def _require_an_answer(p: Plan, reports: Mapping[str, SourceReport]) -> None:
@@ -241,11 +254,13 @@ class Orchestrator:
         texts = cut_texts(q, context_query(q, options.recent_conversation))
         given_up = threading.Event()  # set when the request no longer waits for the vectors
         t_embed = time.perf_counter()
+        embed_costs = self.embeddings.costs(options.namespace, texts)
         embedding = self.embeddings.submit(
             options.namespace,
             texts,
             time.monotonic() + self.source_timeout_ms / 1000.0,
             given_up,
+            embed_costs,
         )
 
         def timed(_: object) -> None:  # on the loop, while this request still waits for it
@@ -300,6 +315,7 @@ class Orchestrator:
             degraded=[s for s, r in reports.items() if r.status in DEGRADING],
             run_id=str(uuid.uuid4()),
             params=_plan_json(p, window, options.time_range is not None),
+            cost_s=clock.cpu_s + _embedding_spent(embedding, embed_costs),
         )
         m.record_retrieval(meta)
         if self.log_runs and options.log_run:

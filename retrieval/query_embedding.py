@@ -77,15 +77,24 @@ class QueryEmbeddings:
         self._pending: dict[str, float] = defaultdict(float)
         self._lock = threading.Lock()
 
+    def costs(self, namespace: str, texts: list[str]) -> list[float]:
+        """The estimated seconds of each text still to embed. What is cached costs nothing;
+        each text is estimated on its own (a text, not the request, is what runs long)."""
+        return [self._estimate([t]) for t in texts if (namespace, t) not in self.cache]
+
     def submit(
-        self, namespace: str, texts: list[str], deadline: float, given_up: threading.Event
+        self,
+        namespace: str,
+        texts: list[str],
+        deadline: float,
+        given_up: threading.Event,
+        costs: list[float] | None = None,
     ) -> asyncio.Future[list[np.ndarray]]:
         """The texts' vectors (in order; a text that cannot finish by `deadline`, a monotonic
         time, and those after it are left out); EmbeddingBusy at once when the namespace has
-        too much embedding in flight."""
-        # What is cached costs nothing: only the texts still to embed are estimated, each on
-        # its own (a text, not the request, is what runs long).
-        costs = [self._estimate([t]) for t in texts if (namespace, t) not in self.cache]
+        too much embedding in flight. `costs`: self.costs(namespace, texts), when known."""
+        if costs is None:
+            costs = self.costs(namespace, texts)
         cost = sum(costs)
         long = any(c > LONG_EMBED_S for c in costs)
         if long:

@@ -302,7 +302,9 @@ def lexical_overlap(query: str, docs: Mapping[int, str], n: int = 2) -> dict[int
         return {k: 0.0 for k in docs}
     grams = {k: doc_ngrams(v, n) & q for k, v in docs.items()}
     df: Counter[str] = Counter()
-    for s in grams.values():  # what each text shares with the query: linear in those, not |q| x docs
+    for (
+        s
+    ) in grams.values():  # what each text shares with the query: linear in those, not |q| x docs
         df.update(s)
     total = len(docs)
     w = {g: math.log(1 + total / (1 + df[g])) for g in q}

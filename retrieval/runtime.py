@@ -21,6 +21,7 @@ from retrieval.nlp import JapaneseNLP
 from retrieval.orchestrator import Orchestrator
 from retrieval.replicas import ReadRouter, Replica
 from retrieval.retokenize import outdated
+from retrieval.tenant_budget import TenantBudget
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,8 @@ class Runtime:
     # Measures the embedding rate here; the write route's estimate (inline or a job).
     meter: EmbedMeter
     jobs: WriteJobs
+    # Each namespace's share of the processing time of retrievals (admit before, settle after).
+    budget: TenantBudget
     # What this server lacks, by the name to report it under (pg_trgm), with what it costs.
     missing: dict[str, str] = field(default_factory=dict)
 
@@ -148,4 +151,7 @@ async def open_runtime(
         max_open=settings.max_open_jobs,
         work=settings.job_worker,
     )
-    return Runtime(settings, dsn, pool, nlp, analyzer, embedder, orch, router, meter, jobs, missing)
+    budget = TenantBudget(settings.tenant_cpu_share, max_wait_s=settings.tenant_max_wait_s)
+    return Runtime(
+        settings, dsn, pool, nlp, analyzer, embedder, orch, router, meter, jobs, budget, missing
+    )

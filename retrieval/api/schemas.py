@@ -342,6 +342,15 @@ QUEUED: dict[int | str, dict[str, Any]] = {
 }
 
 
+OVER_SHARE: dict[int | str, dict[str, Any]] = {
+    429: {
+        "model": Problem,
+        "description": "the namespace has used its share of the service's processing time "
+        "(RETRIEVAL_TENANT_CPU_SHARE) for longer than RETRIEVAL_TENANT_MAX_WAIT_S: see Retry-After",
+    },
+}
+
+
 def check_limits(settings: Settings, body: BaseModel) -> None:
     """The configured sizes a body must keep to (the orchestrator checks query and limit)."""
     errors: list[dict[str, object]] = []

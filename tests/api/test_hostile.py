@@ -179,7 +179,9 @@ async def test_a_retrieval_body_is_bounded_by_what_the_service_reads(client, ns)
     conv = [{"role": "user", "content": "会" * 8000}] * 2  # the most the defaults allow
     fits = json.dumps({"query": "会議" * 1000, "namespace": ns, "recent_conversation": conv})
     assert limit > len(fits.encode()) and limit < 4 * 1024 * 1024
-    r = await client.post("/v1/retrieve", content=fits, headers={"content-type": "application/json"})
+    r = await client.post(
+        "/v1/retrieve", content=fits, headers={"content-type": "application/json"}
+    )
     assert r.status_code == 200, r.text
     big = json.dumps({"query": "x", "namespace": ns, "recent_conversation": conv * 10})
     r = await client.post("/v1/retrieve", content=big, headers={"content-type": "application/json"})
@@ -188,7 +190,9 @@ async def test_a_retrieval_body_is_bounded_by_what_the_service_reads(client, ns)
     memories = [{"content": f"メモ{i}", "metadata": {"note": "会" * 9000}} for i in range(7)]
     body = json.dumps({"namespace": ns, "memories": memories})
     assert len(body) > limit
-    r = await client.post("/v1/memories", content=body, headers={"content-type": "application/json"})
+    r = await client.post(
+        "/v1/memories", content=body, headers={"content-type": "application/json"}
+    )
     assert r.status_code == 200, r.text
 
 
@@ -259,3 +263,31 @@ def test_api_key_lists_that_meant_something_else_are_refused(spec):
     registered an empty key."""
     with pytest.raises(ValidationError):
         Settings(api_keys=spec)
+
+
+async def test_a_namespace_past_its_share_gets_429_and_the_others_do_not(
+    client, rt, ns, monkeypatch
+):
+    """Before: nothing bounded how much one tenant's retrievals took of the process; one
+    sending the most expensive request the limits allow doubled the others' p95."""
+    from retrieval.tenant_budget import TenantBudget
+
+    monkeypatch.setattr(rt, "budget", TenantBudget(0.001, max_wait_s=0.5))
+    other = ns + "-other"
+
+    async def ask(namespace: str, query: str):
+        return await client.post("/v1/retrieve", json={"query": query, "namespace": namespace})
+
+    def refused(text: str) -> float:
+        line = next(x for x in text.splitlines() if x.startswith("retrieval_tenant_refused_total "))
+        return float(line.split()[1])
+
+    before = refused((await client.get("/metrics")).text)
+    assert (await ask(other, "最初の質問")).status_code == 200  # the service is shared
+    assert (await ask(ns, "会議の議事録はどこにある")).status_code == 200  # costs > its burst
+    r = await ask(ns, "先週の設計レビューの結論")
+    assert r.status_code == 429, r.text
+    assert int(r.headers["Retry-After"]) >= 1 and "share" in r.json()["detail"]
+    assert other not in r.text
+    assert (await ask(other, "二つ目の質問")).status_code == 200
+    assert refused((await client.get("/metrics")).text) == before + 1

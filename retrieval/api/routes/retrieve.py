@@ -10,6 +10,7 @@ from db.runs import get_run
 from retrieval.api.deps import RuntimeDep, ScopeDep, check_scope
 from retrieval.api.schemas import (
     NOT_FOUND,
+    OVER_SHARE,
     UUID_PATTERN,
     RetrieveRequest,
     RetrieveResponse,
@@ -22,7 +23,7 @@ from retrieval.models import RetrievalOptions, Source, TimeRange
 router = APIRouter(tags=["retrieval"])
 
 
-@router.post("/v1/retrieve", response_model=RetrieveResponse)
+@router.post("/v1/retrieve", response_model=RetrieveResponse, responses=OVER_SHARE)
 async def retrieve(body: RetrieveRequest, rt: RuntimeDep, scope: ScopeDep) -> RetrieveResponse:
     """Find the memories that answer `query`, best first, each with a reason."""
     check_scope(scope, body.namespace)
@@ -46,7 +47,14 @@ async def retrieve(body: RetrieveRequest, rt: RuntimeDep, scope: ScopeDep) -> Re
         add_sources=tuple(Source(x) for x in o.add_sources),
         context_window=o.context_window,
     )
-    return RetrieveResponse.model_validate(await rt.orchestrator.retrieve(body.query, opts))
+    advance = await rt.budget.admit(body.namespace)
+    cost = advance
+    try:
+        got = await rt.orchestrator.retrieve(body.query, opts)
+        cost = got.metadata.cost_s
+    finally:
+        rt.budget.settle(body.namespace, advance, cost)
+    return RetrieveResponse.model_validate(got)
 
 
 @router.get("/v1/runs/{run_id}", response_model=RunOut, responses=NOT_FOUND)
