@@ -58,9 +58,7 @@ class TimeRangeIn(BaseModel):
     end: Instant | None = None
 
     @model_validator(mode="after")
-    def _ordered(self) -> TimeRangeIn:
-        if self.start and self.end and self.start >= self.end:
-            raise ValueError("start must be before end")
+    def _given(self) -> TimeRangeIn:  # start < end: Orchestrator.validate, for every caller
         if self.start is None and self.end is None:
             raise ValueError("give start, end or both")
         return self
@@ -68,7 +66,7 @@ class TimeRangeIn(BaseModel):
 
 class RetrieveOptionsIn(BaseModel):
     force_strategy: Strategy | None = None
-    limit: int = Field(default=10, ge=1)
+    limit: int = 10  # 1..RETRIEVAL_MAX_LIMIT: Orchestrator.validate (document_limits shows it)
     time_range: TimeRangeIn | None = Field(default=None, description="Hard filter on created_at.")
     memory_types: list[Label] = Field(default_factory=list, max_length=20)
     source_types: list[Label] = Field(default_factory=list, max_length=20)
@@ -101,17 +99,12 @@ class RetrieveOptionsIn(BaseModel):
 
 
 class RetrieveRequest(BaseModel):
-    query: SafeStr = Field(min_length=1)
+    # Not blank, at most RETRIEVAL_MAX_QUERY_CHARS: Orchestrator.validate, the one place for a
+    # query's rules (the CLI and the library go through it too); document_limits shows them.
+    query: SafeStr
     namespace: NamespaceStr = "default"
     recent_conversation: list[Message] = Field(default_factory=list)
     options: RetrieveOptionsIn = Field(default_factory=RetrieveOptionsIn)
-
-    @field_validator("query")
-    @classmethod
-    def _not_blank(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("must not be empty or whitespace")
-        return v
 
 
 class ContextOut(BaseModel):
@@ -417,9 +410,9 @@ def document_limits(schema: dict[str, Any], settings: Settings) -> dict[str, Any
         if prop is not None:
             prop.update(bounds)
 
-    put("RetrieveRequest", "query", maxLength=settings.max_query_chars)
+    put("RetrieveRequest", "query", minLength=1, maxLength=settings.max_query_chars)
     put("RetrieveRequest", "recent_conversation", maxItems=settings.max_conversation_messages)
     put("Message", "content", maxLength=settings.max_message_chars)
-    put("RetrieveOptionsIn", "limit", maximum=settings.max_limit)
+    put("RetrieveOptionsIn", "limit", minimum=1, maximum=settings.max_limit)
     put("MemoriesIn", "memories", maxItems=settings.max_batch)
     return schema

@@ -73,6 +73,7 @@ async def test_memories_retrieve_get_archive_feedback(client, ns, rt):
     "body,field",
     [
         ({"query": "   "}, "query"),
+        ({"query": ""}, "query"),
         ({"query": "x" * 3000}, "query"),
         ({"query": "ok", "options": {"limit": 0}}, "options.limit"),
         ({"query": "ok", "options": {"limit": 101}}, "options.limit"),

@@ -47,6 +47,7 @@ async def retrieve(body: RetrieveRequest, rt: RuntimeDep, scope: ScopeDep) -> Re
         add_sources=tuple(Source(x) for x in o.add_sources),
         context_window=o.context_window,
     )
+    rt.orchestrator.validate(body.query, opts)  # refused before it waits for its share
     advance = await rt.budget.admit(body.namespace)
     cost = advance
     try:
