@@ -12,9 +12,9 @@ to `burst_s` (by default eight seconds' worth), and each retrieval takes out wha
 CPU seconds of its analysis and reranking (measured on their threads) and the embedding of its
 uncached texts (estimated from the measured rate, as the embedding lane does). A namespace
 whose bucket is empty waits (asleep: it holds nothing) until it is refilled, at most
-`max_wait_s`; a longer wait is refused at once with Overloaded (429) and the seconds to wait.
-An ordinary question costs a few milliseconds (its embedding is cached after the first time,
-~30 ms before), so only a tenant that keeps asking for seconds of work a second ever waits.
+`max_wait_s`; past that it is refused with Overloaded (429) and the seconds still to wait. An
+ordinary question costs a few milliseconds (its embedding is cached after the first time, ~30
+ms before), so only a tenant that keeps asking for seconds of work a second ever waits.
 Database time is not counted: it is bounded per request by the connection budget and the legs'
 deadlines, and its wall time grows with everyone's load (counting it would throttle the tenants
 who suffer a busy database).
@@ -115,15 +115,18 @@ class TenantBudget:
                     m.TENANT_WAIT.observe(waited)
                 return b.typical
             wait = -b.level / self.share
-            if waited + wait > self.max_wait_s:
+            if waited >= self.max_wait_s:
                 m.TENANT_REFUSED.inc()
                 raise Overloaded(
                     f"namespace {namespace!r} has used its share of the service's processing "
                     f"time ({self.share:g} s a second); retry in {math.ceil(wait)} s",
                     retry_after_s=math.ceil(wait),
                 )
-            await asyncio.sleep(wait)
-            waited += wait
+            # A refusal comes after max_wait_s too: a client that ignores Retry-After and asks
+            # again at once would otherwise cost the others a parsed request per round trip.
+            step = min(wait, self.max_wait_s - waited)
+            await asyncio.sleep(step)
+            waited += step
 
     def settle(self, namespace: str, advance: float, cost_s: float) -> None:
         """A retrieval admitted with `advance` cost `cost_s` seconds of processing."""
