@@ -292,6 +292,9 @@ class RetrievalOptions:
     add_sources: tuple[Source, ...] = ()
     # How many memories before and after each result (in its thread or reply chain) come with it.
     context_window: int = 1
+    # Read-your-writes across processes: the `lsn` a write answered with; a replica answers
+    # only once it has replayed that far (this process also remembers its own writes).
+    after_lsn: str | None = None
 
 
 @dataclass(frozen=True)

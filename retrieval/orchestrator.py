@@ -392,7 +392,9 @@ class Orchestrator:
         hard = options.time_range
         # Reads go to a replica that has this namespace's last write, else to the primary.
         pool, replica = (
-            self.router.read_pool(options.namespace) if self.router else (self.pool, None)
+            self.router.read_pool(options.namespace, options.after_lsn)
+            if self.router
+            else (self.pool, None)
         )
         return SearchContext(
             pool=pool,

@@ -100,10 +100,13 @@ class ReadRouter:
                 await r.pool.close()
                 r.pool = None
 
-    def read_pool(self, namespace: str) -> tuple[asyncpg.Pool, Replica | None]:
-        """A healthy replica that has replayed this namespace's last write (round robin), else
-        the primary (then the replica is None)."""
-        need = self._written.get(namespace, 0)
+    def read_pool(
+        self, namespace: str, after_lsn: str | None = None
+    ) -> tuple[asyncpg.Pool, Replica | None]:
+        """A healthy replica that has replayed this namespace's last write here and the
+        caller's `after_lsn` (a write's answer, perhaps from another process), round robin;
+        else the primary (then the replica is None)."""
+        need = max(self._written.get(namespace, 0), lsn_value(after_lsn))
         ready = [
             r for r in self.replicas if r.healthy and r.pool is not None and r.replay_lsn >= need
         ]
@@ -114,12 +117,17 @@ class ReadRouter:
         return r.pool, r
 
     async def fetchrow(
-        self, namespace: str, query: str, *args: Any, timeout: float | None = None
+        self,
+        namespace: str,
+        query: str,
+        *args: Any,
+        timeout: float | None = None,
+        after_lsn: str | None = None,
     ) -> asyncpg.Record | None:
         """One row read where read_pool says, the wait for a connection and the statement each
         within `timeout`; a replica that fails at the connection is marked failed and the
         primary answers instead."""
-        pool, replica = self.read_pool(namespace)
+        pool, replica = self.read_pool(namespace, after_lsn)
         try:
             return await _fetchrow(pool, query, args, timeout)
         except CONNECTION_ERRORS as exc:

@@ -64,6 +64,10 @@ class TimeRangeIn(BaseModel):
         return self
 
 
+# A PostgreSQL WAL position as pg_current_wal_lsn() prints it.
+LSN_PATTERN = r"^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"
+
+
 class RetrieveOptionsIn(BaseModel):
     force_strategy: Strategy | None = None
     limit: int = 10  # 1..RETRIEVAL_MAX_LIMIT: Orchestrator.validate (document_limits shows it)
@@ -89,6 +93,12 @@ class RetrieveOptionsIn(BaseModel):
         le=MAX_CONTEXT_WINDOW,
         description="How many memories before and after each result (in its thread, else its "
         "reply chain) come with it, in its `context`; 0 = none.",
+    )
+    after_lsn: str | None = Field(
+        default=None,
+        pattern=LSN_PATTERN,
+        description="Read your writes: the `lsn` a POST /v1/memories answered with; a read "
+        "replica answers only once it has replayed that far (else the primary does).",
     )
     add_sources: list[Literal["recent", "states", "vector_global"]] = Field(
         default_factory=list,

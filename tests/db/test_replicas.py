@@ -125,10 +125,23 @@ async def test_searches_go_to_the_standby_and_a_read_after_a_write_sees_it(clust
     got = await client.post("/v1/retrieve", json={"query": "ノートPCを買った", "namespace": "repl"})
     assert got.json()["results"][0]["id"] == "new"
     assert (await client.get("/v1/memories/new", params={"namespace": "repl"})).status_code == 200
-    # Another namespace, not written since the standby caught up, is still read from it.
+    # Another namespace, not written since the standby caught up, is still read from it;
+    # unless the caller names the write's position (a write another process answered).
     assert rt.router.read_pool("elsewhere")[1] is not None
+    lsn = r.json()["lsn"]
+    assert rt.router.read_pool("elsewhere", lsn)[1] is None
     await _caught_up(rt, "repl")
     assert rt.router.read_pool("repl")[1] is not None
+    assert rt.router.read_pool("elsewhere", lsn)[1] is not None
+    got = await client.post(
+        "/v1/retrieve",
+        json={"query": "ノートPC", "namespace": "elsewhere", "options": {"after_lsn": lsn}},
+    )
+    assert got.status_code == 200
+    bad = await client.post(
+        "/v1/retrieve", json={"query": "x", "options": {"after_lsn": "'; DROP TABLE x"}}
+    )
+    assert bad.status_code == 422 and "after_lsn" in bad.text
     ready = (await client.get("/readyz")).json()
     assert ready["ready"] and ready["replicas"][0]["healthy"]
 

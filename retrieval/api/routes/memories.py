@@ -13,6 +13,7 @@ from db import store as q
 from retrieval import metrics as m
 from retrieval.api.deps import RuntimeDep, ScopeDep, check_scope
 from retrieval.api.schemas import (
+    LSN_PATTERN,
     NOT_FOUND,
     QUEUED,
     ArchivedOut,
@@ -109,9 +110,13 @@ async def get_job(
 
 @router.get("/v1/memories/{memory_id}", response_model=MemoryOut, responses=NOT_FOUND)
 async def get_memory(
-    memory_id: MemoryIdPath, rt: RuntimeDep, scope: ScopeDep, namespace: NamespaceQuery = "default"
+    memory_id: MemoryIdPath,
+    rt: RuntimeDep,
+    scope: ScopeDep,
+    namespace: NamespaceQuery = "default",
+    after_lsn: Annotated[str | None, Query(pattern=LSN_PATTERN)] = None,
 ) -> dict[str, Any]:
-    """One memory, archived or not."""
+    """One memory, archived or not (`after_lsn`: read your writes, as in POST /v1/retrieve)."""
     check_scope(scope, namespace)
     row = await rt.router.fetchrow(
         namespace,
@@ -119,6 +124,7 @@ async def get_memory(
         namespace,
         _path_id(memory_id),
         timeout=rt.settings.write_timeout_s,
+        after_lsn=after_lsn,
     )
     if row is None:
         raise NotFound(f"no memory {memory_id!r} in namespace {namespace!r}")
