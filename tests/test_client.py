@@ -1,0 +1,196 @@
+"""retrieval.client against a real `retrieval serve` on the test store: every route, typed
+answers, errors by status, retries after Retry-After, jobs, and what is never sent twice."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import httpx
+import pytest
+
+from retrieval.api.schemas import (
+    ArchivedOut,
+    FeedbackOut,
+    IngestOut,
+    JobOut,
+    MemoryOut,
+    RetrieveResponse,
+    RunOut,
+)
+from retrieval.client import (
+    AsyncRetrievalClient,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    RateLimited,
+    RetrievalClient,
+    Unauthorized,
+)
+from tests.helpers import KEY_ALL, KEY_TEAM_A, free_port, running_server
+
+
+@pytest.fixture(scope="module")
+def server(rt):
+    """One service with API keys (every namespace / team-a only)."""
+    env = {"RETRIEVAL_API_KEYS": f"{KEY_ALL},{KEY_TEAM_A}:team-a"}
+    with running_server(rt.dsn, env) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def queuing_server(rt):
+    """Every write a job; a namespace's share of processing time almost nothing and no wait."""
+    env = {
+        "RETRIEVAL_INLINE_EMBED_S": "0",
+        "RETRIEVAL_TENANT_CPU_SHARE": "0.0001",
+        "RETRIEVAL_TENANT_MAX_WAIT_S": "0",
+    }
+    with running_server(rt.dsn, env) as url:
+        yield url
+
+
+def _ns() -> str:
+    return f"c-{uuid.uuid4().hex[:10]}"
+
+
+def test_every_route_typed(server):
+    ns = _ns()
+    with RetrievalClient(server, api_key=KEY_ALL) as c:
+        wrote = c.remember(
+            [
+                {
+                    "id": "trip",
+                    "content": "来週の金曜に京都へ出張する",
+                    "created_at": "2026-03-02T09:00:00+09:00",
+                },
+                {"id": "gym", "content": "ジムで筋トレを一時間した"},
+            ],
+            namespace=ns,
+        )
+        assert isinstance(wrote, IngestOut) and wrote.ids == ["trip", "gym"] and wrote.inserted == 2
+        got = c.retrieve("京都への出張はいつ？", namespace=ns, limit=5)
+        assert isinstance(got, RetrieveResponse) and got.results[0].id == "trip"
+        assert got.results[0].reason and got.metadata is not None and not got.metadata.degraded
+        memory = c.get("trip", namespace=ns)
+        assert isinstance(memory, MemoryOut) and memory.content.startswith("来週")
+        fb = c.feedback("gym", namespace=ns, run_id=got.metadata.run_id, comment="関係ない")
+        assert isinstance(fb, FeedbackOut) and fb.id
+        run = c.run(got.metadata.run_id)
+        assert isinstance(run, RunOut) and run.query == "京都への出張はいつ？"
+        gone = c.forget("gym", namespace=ns)
+        assert isinstance(gone, ArchivedOut) and gone.archived
+        assert c.get("gym", namespace=ns).is_archived
+        context = c.retrieve(
+            "出張", namespace=ns, options={"context_window": 0, "expand": False}
+        ).results
+        assert [r.id for r in context] == ["trip"]
+
+
+def test_errors_by_status(server):
+    ns = _ns()
+    with RetrievalClient(server, api_key=KEY_ALL, retries=0) as c:
+        with pytest.raises(NotFound) as missing:
+            c.get("nothing-here", namespace=ns)
+        assert missing.value.status == 404
+        with pytest.raises(InvalidRequest) as bad:
+            c.remember([{"content": "ok"}, {"content": "x", "created_at": "yesterday"}], ns)
+        assert "memories.1.created_at" in bad.value.fields
+        with pytest.raises(InvalidRequest) as blank:
+            c.retrieve("   ", namespace=ns)
+        assert blank.value.fields == ["query"]
+        with pytest.raises(NotFound):
+            c.run(str(uuid.uuid4()))
+    with RetrievalClient(server, api_key="not-a-key-000") as c, pytest.raises(Unauthorized):
+        c.retrieve("出張", namespace=ns)
+    with RetrievalClient(server, api_key=KEY_TEAM_A) as c:
+        with pytest.raises(Forbidden) as other:
+            c.retrieve("出張", namespace=ns)
+        assert other.value.status == 403
+        assert c.retrieve("出張", namespace="team-a").results is not None
+
+
+async def test_async_client_jobs_and_retry_after(queuing_server):
+    ns, busy = _ns(), _ns()
+    async with AsyncRetrievalClient(queuing_server, retries=2, max_wait_s=0.2) as c:
+        queued = await c.remember([{"id": "a", "content": "朝に五キロ走った"}], namespace=ns)
+        assert isinstance(queued, JobOut) and queued.ids == ["a"]  # 202: a job
+        done = await c.wait_for_job(queued, poll_s=0.2, timeout_s=60)
+        assert done.state == "done" and done.report is not None and done.report.inserted == 1
+        assert (await c.get("a", namespace=ns)).content == "朝に五キロ走った"
+        # Two namespaces served: the share holds. `busy` spends its bucket on a new question,
+        # then is refused at once (no wait allowed), is asked again after Retry-After
+        # (capped at 0.2 s) twice, and the client raises.
+        await c.retrieve("走った距離", namespace=ns)
+        await c.retrieve("最初の質問は何だったか", namespace=busy)
+        t0 = time.monotonic()
+        with pytest.raises(RateLimited) as limited:
+            await c.retrieve("二つ目の質問は何だったか", namespace=busy)
+        assert limited.value.retry_after_s and limited.value.retry_after_s >= 1
+        assert time.monotonic() - t0 >= 0.4  # two waits of 0.2 s: it was tried three times
+        assert "share" in str(limited.value.detail)
+
+
+def test_a_request_that_got_no_answer_is_retried_unless_it_could_land_twice():
+    port = free_port()  # nothing listens there: every attempt fails to connect
+    sent: list[str] = []
+
+    def counting(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        raise httpx.ConnectError("refused", request=request)
+
+    with RetrievalClient(
+        f"http://127.0.0.1:{port}",
+        retries=2,
+        max_wait_s=0.01,
+        transport=httpx.MockTransport(counting),
+    ) as c:
+        with pytest.raises(httpx.ConnectError):
+            c.retrieve("出張")
+        assert sent == ["/v1/retrieve"] * 3
+        sent.clear()
+        with pytest.raises(httpx.ConnectError):
+            c.remember([{"content": "idのないメモ"}])  # could be written twice: sent once
+        assert sent == ["/v1/memories"]
+        sent.clear()
+        with pytest.raises(httpx.ConnectError):
+            c.remember([{"id": "m1", "content": "idのあるメモ"}])  # an upsert: retried
+        assert sent == ["/v1/memories"] * 3
+
+
+def test_reads_carry_the_last_writes_position():
+    """With replicas a write answers with its WAL position; the next reads of that namespace
+    send it (also a read served by another process of the service then waits for it)."""
+    seen: list[httpx.Request] = []
+
+    def service(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path == "/v1/memories":
+            return httpx.Response(
+                200,
+                json={
+                    "namespace": "n1",
+                    "received": 1,
+                    "inserted": 1,
+                    "updated": 0,
+                    "embedded": 1,
+                    "ids": ["x"],
+                    "seconds": 0.1,
+                    "lsn": "0/3000148",
+                },
+            )
+        return httpx.Response(404, json={"detail": "no memory"})
+
+    with RetrievalClient("http://t", transport=httpx.MockTransport(service), retries=0) as c:
+        c.remember([{"id": "x", "content": "メモ"}], namespace="n1")
+        with pytest.raises(NotFound):
+            c.get("x", namespace="n1")
+        with pytest.raises(NotFound):
+            c.retrieve("メモ", namespace="n1")
+        with pytest.raises(NotFound):
+            c.retrieve("メモ", namespace="n2")
+    assert seen[1].url.params["after_lsn"] == "0/3000148"
+    import json
+
+    assert json.loads(seen[2].content)["options"]["after_lsn"] == "0/3000148"
+    assert "after_lsn" not in json.loads(seen[3].content)["options"]  # another namespace
