@@ -306,6 +306,37 @@ async def test_each_question_is_asked_in_its_own_conversation(rt, tmp_path):
     await ensure_index(rt, d / "memories.jsonl", ns, None, force=True)
 
 
+async def test_a_moment_when_no_source_answers_does_not_end_the_run(rt, tmp_path, monkeypatch):
+    """Before: one question answered 503 (every leg past its deadline on a cold database)
+    ended a ten-minute eval-suite. Now it is asked again; a lasting outage still fails."""
+    import retrieval.evaluation.harness as harness
+    from retrieval.errors import StoreUnavailable
+    from retrieval.evaluation import ensure_index, read_qrels, read_queries, run_eval
+
+    d = _conversation_set(tmp_path)
+    ns = "t-again-" + tmp_path.name[-8:].replace("_", "-")
+    await ensure_index(rt, d / "memories.jsonl", ns, None)
+    real, calls = rt.orchestrator.retrieve, []
+
+    async def flaky(text, options):
+        calls.append(text)
+        if len(calls) == 1 or fail_always:
+            raise StoreUnavailable("no search source answered: vector: timed out after 800 ms")
+        return await real(text, options)
+
+    monkeypatch.setattr(rt.orchestrator, "retrieve", flaky)
+    monkeypatch.setattr(harness, "ASK_AGAIN_PAUSE_S", 0.0)
+    fail_always = False
+    queries, qrels = read_queries(d / "queries.jsonl"), read_qrels(d / "qrels.tsv")
+    res = await run_eval(rt, queries, qrels, namespace=ns)
+    assert res["n_queries"] == 3 and len(calls) == 4 and res["hit@5"] == 1.0
+    assert res["degraded_queries"] == 0
+    fail_always, calls[:] = True, []
+    with pytest.raises(StoreUnavailable):
+        await run_eval(rt, queries, qrels, namespace=ns)
+    assert len(calls) == 1 + harness.ASK_AGAIN
+
+
 def test_eval_suite_prints_one_table_and_compares(env, tmp_path, capsys):
     _conversation_set(tmp_path)
     saved = tmp_path / "before.json"
