@@ -70,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     _add_serve(sub)
+    sub.add_parser(
+        "mcp",
+        help="serve the MCP tools (search_memories, remember, forget, feedback) over stdio, "
+        "for a local agent host (retrieval serve has them at /mcp/)",
+    )
     _add_migrate(sub)
     _add_retokenize(sub)
     _add_ingest(sub)
@@ -447,6 +452,21 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _cmd_mcp(settings: Settings) -> int:
+    """The MCP server over stdio: stdout carries the protocol only (logs go to stderr)."""
+    from retrieval.api import create_app
+    from retrieval.mcp_server import ApiClients, build
+
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        api = ApiClients(app, default_key=settings.mcp_api_key)
+        try:
+            await build(api).run_stdio_async()
+        finally:
+            await api.close()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -461,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(settings, args)
+        if args.command == "mcp":
+            return asyncio.run(_cmd_mcp(settings))
         if args.command == "migrate":
             return asyncio.run(_cmd_migrate(settings))
         if args.command == "retokenize":

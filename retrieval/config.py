@@ -119,6 +119,9 @@ class Settings(BaseSettings):
         description="Comma-separated KEY (every namespace: KEY:*) or KEY:ns1|ns2 entries; "
         "unset = no auth.",
     )
+    # The key `retrieval mcp` (stdio) acts with when API keys are set (its namespaces are the
+    # key's); over HTTP the MCP caller's own key is used.
+    mcp_api_key: str | None = None
 
     @field_validator("database_url")
     @classmethod

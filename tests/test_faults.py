@@ -281,3 +281,23 @@ async def test_search_legs_run_under_a_server_side_statement_timeout(own_db):
     async with rt.pool.acquire() as conn:
         assert await conn.fetchval("SHOW statement_timeout") == "30s"
         assert await conn.fetchval("SHOW idle_in_transaction_session_timeout") == "10s"
+
+
+async def test_an_mcp_search_during_an_outage_is_an_error_to_retry(own_db):
+    """A database outage reaches the model's host as an error that says to retry, never as
+    an empty result (the MCP server in process, the SDK's client, a real stopped database)."""
+    from mcp import Client
+
+    from retrieval.api import create_app
+    from retrieval.mcp_server import ApiClients, build
+
+    rt, data_dir = own_db
+    app = create_app(rt.settings, runtime=rt)
+    async with app.router.lifespan_context(app), Client(build(ApiClients(app))) as c:
+        ok = await c.call_tool("search_memories", {"query": QUERIES[0]})
+        assert not ok.is_error and "についてのメモ" in ok.content[0].text
+        with _stopped(data_dir):
+            out = await c.call_tool("search_memories", {"query": QUERIES[1] + "の続き"})
+    text = out.content[0].text
+    assert out.is_error and "temporarily unavailable, retry in 1 s" in text, text
+    assert "No memory matches" not in text

@@ -163,28 +163,50 @@ async def _retention(rt: Runtime, every_s: float = 3600.0) -> None:
         await asyncio.sleep(every_s)
 
 
+async def _run_lifespan(app: Any, ready: asyncio.Event, stop: asyncio.Event) -> None:
+    """Run an ASGI app's lifespan until `stop` (begun and ended in this task)."""
+    async with app.router.lifespan_context(app):
+        ready.set()
+        await stop.wait()
+
+
 def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> FastAPI:
     """The app; resources are built in the lifespan (or handed in, for tests)."""
     settings = settings or Settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.runtime = runtime or await open_runtime(settings)
-        keepers = [
-            asyncio.create_task(_retention(app.state.runtime)),
-            asyncio.create_task(app.state.runtime.jobs.run()),
-        ]
+        # The mounted MCP app's own lifespan (its session manager) is not run by the mount; it
+        # runs in a task of its own (its task group must end in the task it began in, and a
+        # test's fixture may end this lifespan from another task).
+        mcp_stop, mcp_ready = asyncio.Event(), asyncio.Event()
+        mcp_task = asyncio.create_task(_run_lifespan(mcp_http, mcp_ready, mcp_stop))
+        ready = asyncio.create_task(mcp_ready.wait())
+        await asyncio.wait({ready, mcp_task}, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
         try:
-            yield
+            if mcp_task.done():
+                mcp_task.result()  # it failed to start: say why
+            app.state.runtime = runtime or await open_runtime(settings)
+            keepers = [
+                asyncio.create_task(_retention(app.state.runtime)),
+                asyncio.create_task(app.state.runtime.jobs.run()),
+            ]
+            try:
+                yield
+            finally:
+                for task in keepers:
+                    task.cancel()
+                for task in keepers:
+                    with suppress(asyncio.CancelledError):
+                        await task
+                if runtime is None:
+                    await app.state.runtime.close()
+                m.worker_exit(os.getpid())
         finally:
-            for task in keepers:
-                task.cancel()
-            for task in keepers:
-                with suppress(asyncio.CancelledError):
-                    await task
-            if runtime is None:
-                await app.state.runtime.close()
-            m.worker_exit(os.getpid())
+            mcp_stop.set()
+            await mcp_task
+            await mcp_clients.close()
 
     app = FastAPI(
         title="Retrieval Orchestrator",
@@ -197,6 +219,13 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     m.init_series([s.value for s in Strategy], [s.value for s in Source])
     app.state.api_keys = settings.parsed_api_keys()
     app.state.settings = settings
+    # The MCP tools at /mcp/, calling this app's own routes (retrieval.mcp_server; imported
+    # here: it uses retrieval.client, which reads this package's schemas).
+    from retrieval.mcp_server import RequireKey
+    from retrieval.mcp_server import mount as mcp_mount
+
+    mcp_http, mcp_clients = mcp_mount(app, app.state.api_keys)
+    app.mount("/mcp", RequireKey(mcp_http, app.state.api_keys))
     app.add_middleware(HttpMetrics)
     app.add_middleware(
         BodyLimit,
