@@ -119,21 +119,31 @@ async def test_bad_input_is_a_tool_error_naming_the_field(server, tool, args, fi
     assert "Traceback" not in text
 
 
-async def test_stdio_server_for_a_local_host(rt):
-    ns = f"m-{uuid.uuid4().hex[:10]}"
+async def test_stdio_server_for_a_local_host_acts_with_its_key(rt):
+    """`retrieval mcp` as a host starts it; with API keys set it acts with
+    RETRIEVAL_MCP_API_KEY, whose namespaces are the only ones its tools reach."""
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "retrieval.cli", "mcp"],
-        env={**os.environ, "DATABASE_URL": rt.dsn},
+        env={
+            **os.environ,
+            "DATABASE_URL": rt.dsn,
+            "RETRIEVAL_API_KEYS": f"{KEY_ALL},{KEY_TEAM_A}:team-a",
+            "RETRIEVAL_MCP_API_KEY": KEY_TEAM_A,
+        },
         cwd=str(ROOT),
     )
+    marker = uuid.uuid4().hex[:8]
     t0 = time.monotonic()
     async with Client(params) as c:
         assert {t.name for t in (await c.list_tools()).tools} == TOOLS
         wrote = await c.call_tool(
-            "remember", {"namespace": ns, "memories": [{"content": "朝に五キロ走った"}]}
+            "remember",
+            {"namespace": "team-a", "memories": [{"content": f"朝に五キロ走った {marker}"}]},
         )
         assert not wrote.is_error, _text(wrote)
-        found = await c.call_tool("search_memories", {"query": "走った距離", "namespace": ns})
-        assert "朝に五キロ走った" in _text(found)
+        found = await c.call_tool("search_memories", {"query": marker, "namespace": "team-a"})
+        assert f"朝に五キロ走った {marker}" in _text(found)
+        other = await c.call_tool("search_memories", {"query": marker, "namespace": "team-b"})
+        assert other.is_error and "may not use namespace" in _text(other)
     print(f"stdio session: {time.monotonic() - t0:.1f} s with start-up")
