@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 from pydantic import BaseModel
@@ -44,8 +44,6 @@ from retrieval.api.schemas import (
     RetrieveResponse,
     RunOut,
 )
-
-M = TypeVar("M", bound=BaseModel)
 
 RETRY_STATUSES = (429, 503)
 
@@ -242,10 +240,14 @@ class _Base:
             raise _error(response)
         model = call.accepted if response.status_code == 202 and call.accepted else call.model
         out = model.model_validate(response.json()) if model is not None else response.json()
-        lsn = getattr(out, "lsn", None)
-        if lsn and isinstance(out, IngestOut):
-            self._lsn[out.namespace] = lsn
+        if isinstance(out, IngestOut):
+            self._note_written(out)
         return out
+
+    def _note_written(self, report: IngestOut | None) -> None:
+        """Remember a write's WAL position for the next reads of its namespace."""
+        if report is not None and report.lsn:
+            self._lsn[report.namespace] = report.lsn
 
 
 def _segment(value: str) -> str:
@@ -323,8 +325,7 @@ class RetrievalClient(_Base):
                 raise TimeoutError(f"job {job.id} still {job.state} after {timeout_s} s")
             time.sleep(poll_s)
             job = self.job(job.id, job.namespace)
-        if job.report is not None and job.report.lsn:
-            self._lsn[job.namespace] = job.report.lsn
+        self._note_written(job.report)
         return job
 
     def get(self, memory_id: str, namespace: str = "default") -> MemoryOut:
@@ -431,8 +432,7 @@ class AsyncRetrievalClient(_Base):
                 raise TimeoutError(f"job {job.id} still {job.state} after {timeout_s} s")
             await asyncio.sleep(poll_s)
             job = await self.job(job.id, job.namespace)
-        if job.report is not None and job.report.lsn:
-            self._lsn[job.namespace] = job.report.lsn
+        self._note_written(job.report)
         return job
 
     async def get(self, memory_id: str, namespace: str = "default") -> MemoryOut:

@@ -91,8 +91,8 @@ class Settings(BaseSettings):
     # their deadline): a few requests cannot hold the whole pool.
     max_request_connections: int = Field(default=4, ge=1, le=100)
     # Processing seconds a second each namespace's retrievals may use (analysis, reranking and
-    # query embedding; eight seconds' worth of burst); past that they wait, at most tenant_max_wait_s, else 429
-    # with Retry-After (retrieval.tenant_budget). 0 = no limit.
+    # query embedding; eight seconds' worth of burst); past that they wait, at most
+    # tenant_max_wait_s, else 429 with Retry-After (retrieval.tenant_budget). 0 = no limit.
     tenant_cpu_share: float = Field(default=0.25, ge=0)
     tenant_max_wait_s: float = Field(default=5.0, ge=0)
 

@@ -25,6 +25,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
+from retrieval.api.deps import bearer_token, find_key
 from retrieval.api.schemas import IngestOut, JobOut, RetrieveResponse
 from retrieval.client import ApiError, AsyncRetrievalClient, InvalidRequest, Unavailable
 
@@ -192,11 +193,7 @@ class ApiClients:
         self._clients: dict[str | None, AsyncRetrievalClient] = {}
 
     def __call__(self, ctx: Context) -> AsyncRetrievalClient:
-        key = self.default_key
-        headers = _headers(ctx)
-        auth = headers.get("authorization", "") if headers else ""
-        if auth.lower().startswith("bearer "):
-            key = auth[7:].strip()
+        key = bearer_token(_headers(ctx).get("authorization")) or self.default_key
         if key not in self._clients:
             if len(self._clients) > 1000:
                 self._clients.clear()  # keys are few; this only bounds a caller trying many
@@ -227,10 +224,8 @@ class RequireKey:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and self.keys:
-            from retrieval.api.deps import find_key
-
             auth = dict(scope.get("headers", [])).get(b"authorization", b"").decode("latin-1")
-            token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+            token = bearer_token(auth)
             if not (token and find_key(self.keys, token)[0]):
                 body = b'{"detail": "missing or unknown API key (Authorization: Bearer <key>)"}'
                 await send(

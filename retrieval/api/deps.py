@@ -30,6 +30,13 @@ def find_key(
     return found, scope
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The key of an `Authorization: Bearer <key>` header (None without one)."""
+    if authorization and authorization[:7].lower() == "bearer ":
+        return authorization[7:].strip() or None
+    return None
+
+
 async def get_scope(
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> frozenset[str] | None:
@@ -37,9 +44,7 @@ async def get_scope(
     keys: dict[str, frozenset[str] | None] = request.app.state.api_keys
     if not keys:
         return None
-    token = None
-    if authorization and authorization[:7].lower() == "bearer ":
-        token = authorization[7:].strip()
+    token = bearer_token(authorization)
     found, scope = find_key(keys, token) if token else (False, None)
     if not found:
         raise Unauthorized("missing or unknown API key (Authorization: Bearer <key>)")
