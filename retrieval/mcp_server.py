@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 from retrieval.api.deps import bearer_token, find_key
 from retrieval.api.schemas import IngestOut, JobOut, RetrieveResponse
 from retrieval.client import ApiError, AsyncRetrievalClient, InvalidRequest, Unavailable
+from retrieval.validation import Metadata
 
 # Characters of a memory's content a search result shows the model.
 MAX_CONTENT_CHARS = 1500
@@ -54,7 +55,9 @@ class MemoryInput(BaseModel):
         "(2026-03-02T09:00:00+09:00); default now.",
     )
     memory_type: str | None = Field(default=None, description="e.g. dialog, note, state")
-    metadata: dict[str, Any] | None = None
+    # The API's own check (no NaN or Infinity, bounded depth and size): a value JSON cannot
+    # carry must be refused here, by name, not fail the call to the routes.
+    metadata: Metadata | None = None
 
 
 def _tool_error(exc: ApiError) -> ToolError:

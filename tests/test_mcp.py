@@ -119,6 +119,29 @@ async def test_bad_input_is_a_tool_error_naming_the_field(server, tool, args, fi
     assert "Traceback" not in text
 
 
+def test_a_number_json_cannot_carry_is_refused_by_name(server):
+    """1e400 (Infinity once parsed) in metadata: the SDK's client will not send it, a raw
+    JSON-RPC call can. It used to fail the tool call with no reason ("Error executing tool
+    remember") when the tool passed it on to the routes."""
+    body = (
+        '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "remember", '
+        '"arguments": {"memories": [{"content": "x", "metadata": {"n": 1e400}}]}}}'
+    )
+    r = httpx.post(
+        f"{server}/mcp/",
+        content=body,
+        headers={
+            "Authorization": f"Bearer {KEY_ALL}",
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+        },
+        timeout=30,
+    )
+    result = r.json()["result"]
+    text = result["content"][0]["text"]
+    assert result["isError"] and "metadata" in text and "Traceback" not in text, text
+
+
 async def test_stdio_server_for_a_local_host_acts_with_its_key(rt):
     """`retrieval mcp` as a host starts it; with API keys set it acts with
     RETRIEVAL_MCP_API_KEY, whose namespaces are the only ones its tools reach."""
