@@ -58,6 +58,23 @@ SELECT external_id, title, content, search_tokens, embedding,
            AS entity_weights
 FROM memories WHERE namespace = $1 AND external_id = ANY($2::text[])"""
 
+# Returns, per ordinal i of the arrays, the turn written before item i in its thread: the
+# latest memory of thread $2[i] created before $3[i] (now() when null) other than $4[i] itself
+# (read backwards on idx_memories_thread_time).
+GET_THREAD_PREDECESSORS = """
+SELECT u.i, p.title, p.content, p.created_at
+FROM unnest($2::text[], $3::timestamptz[], $4::text[]) WITH ORDINALITY AS u(thread, at, id, i)
+CROSS JOIN LATERAL (
+  SELECT m.title, m.content, m.created_at FROM memories m
+  WHERE m.namespace = $1 AND m.thread = u.thread AND m.created_at < coalesce(u.at, now())
+    AND m.external_id <> u.id AND NOT m.is_archived
+  ORDER BY m.created_at DESC, m.id DESC LIMIT 1) AS p"""
+
+# Returns the title and content of the given external ids (the memories items reply to).
+GET_TEXTS = """
+SELECT external_id, title, content FROM memories
+WHERE namespace = $1 AND external_id = ANY($2::text[]) AND NOT is_archived"""
+
 # Makes the weekly vector partitions (migration 0009) of these instants and of now (a row
 # without created_at gets now()).
 ENSURE_WEEKS = "SELECT memory_vectors_ensure(array_append($1::timestamptz[], now()))"
@@ -208,6 +225,43 @@ async def existing(
     """The stored text, tokens, vector and entities of those ids, by external id."""
     rows = await conn.fetch(GET_EXISTING, namespace, ids, timeout=timeout_s)
     return {r["external_id"]: r for r in rows}
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTurn:
+    """A stored memory's text (and time) as the context of another."""
+
+    title: str | None
+    content: str
+    created_at: datetime | None = None
+
+
+async def thread_predecessors(
+    conn: asyncpg.Connection,
+    namespace: str,
+    wanted: Sequence[tuple[str, datetime | None, str]],
+    *,
+    timeout_s: float | None = None,
+) -> dict[int, StoredTurn]:
+    """For each (thread, created_at, external id) wanted, by its index: the stored memory
+    before it in its thread, where there is one."""
+    if not wanted:
+        return {}
+    threads, ats, ids = (list(x) for x in zip(*wanted, strict=True))
+    rows = await conn.fetch(
+        GET_THREAD_PREDECESSORS, namespace, threads, ats, ids, timeout=timeout_s
+    )
+    return {r["i"] - 1: StoredTurn(r["title"], r["content"], r["created_at"]) for r in rows}
+
+
+async def texts_of(
+    conn: asyncpg.Connection, namespace: str, ids: Sequence[str], *, timeout_s: float | None = None
+) -> dict[str, StoredTurn]:
+    """The stored text of those external ids that exist (and are not archived)."""
+    if not ids:
+        return {}
+    rows = await conn.fetch(GET_TEXTS, namespace, list(ids), timeout=timeout_s)
+    return {r["external_id"]: StoredTurn(r["title"], r["content"]) for r in rows}
 
 
 async def upsert(

@@ -9,7 +9,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,10 +20,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from db import store
-from db.store import MemoryRow
+from db.store import MemoryRow, StoredTurn
 from retrieval.embeddings import Embedder, EmbedMeter, lower_priority
 from retrieval.errors import InvalidInput, StoreUnavailable
 from retrieval.nlp import JapaneseNLP, memory_entities, normalize_entity, terms_from_tokens
+from retrieval.turn_context import context_text, may_follow, predecessors
 from retrieval.validation import (
     Instant,
     Metadata,
@@ -36,6 +37,9 @@ from retrieval.validation import (
 logger = logging.getLogger(__name__)
 
 MAX_CONTENT_CHARS = 100_000
+
+# Given vectors, row i for item i; a None row is embedded by the write.
+Vectors = np.ndarray | Sequence[np.ndarray | None]
 MAX_ID_CHARS = 512
 
 
@@ -211,6 +215,17 @@ def embedding_text(item: MemoryIn) -> str:
     return passage_text(item)[:EMBED_MAX_CHARS]
 
 
+def embedding_load(items: list[MemoryIn], picks: list[int]) -> list[str]:
+    """The texts a write of `picks` embeds, for its cost estimate: each one's own, and for a turn
+    that may follow another, its own again after a turn taken to be as long as itself."""
+    out = [embedding_text(items[i]) for i in picks]
+    for i in picks:
+        if may_follow(items[i]):
+            own = passage_text(items[i])
+            out.append(context_text(StoredTurn(None, own), own, EMBED_MAX_CHARS))
+    return out
+
+
 def unchanged(item: MemoryIn, stored: Any) -> bool:
     """Whether a stored row (title, content) holds this item's text: its vector and terms stand."""
     return stored is not None and (stored["title"], stored["content"]) == (item.title, item.content)
@@ -362,7 +377,7 @@ async def prepare_rows(
     ids: list[str],
     *,
     namespace: str,
-    vectors: np.ndarray | None = None,
+    vectors: Vectors | None = None,
     batch_size: int = 32,
     old: dict[str, Any] | None = None,
     meter: EmbedMeter | None = None,
@@ -371,8 +386,10 @@ async def prepare_rows(
 ) -> tuple[list[MemoryRow], int]:
     """The rows to write for items, and how many were (re)embedded: a stored memory whose text
     is unchanged keeps its vector, terms and extracted entities. `old` is what stored_texts
-    gave, when the caller has read it already; `tick` is awaited between embedding batches;
-    `stages` gets the seconds each part took (lookup, analyse, embed)."""
+    gave, when the caller has read it already; `vectors` gives an item's vector where it is not
+    None (the rest are embedded, a conversation turn also after the turn it follows:
+    retrieval.turn_context); `tick` is awaited between embedding batches; `stages` gets the
+    seconds each part took (lookup, analyse, context, embed)."""
     clock = _Stages(stages)
     if old is None:
         old = await stored_texts(pool, namespace, ids)
@@ -386,15 +403,23 @@ async def prepare_rows(
     )
     clock.lap("analyse")
     emb: list[Any] = [k["embedding"] if k is not None else None for k in kept]
-    if vectors is not None:
-        for i in need:
-            emb[i] = vectors[i].astype(np.float32)
-    else:
-        got = await embed_items(
-            embedder, [items[i] for i in need], batch_size, meter=meter, tick=tick
-        )
-        for i, v in zip(need, got, strict=True):
+    todo = [i for i in need if vectors is None or vectors[i] is None]
+    for i in need:
+        if vectors is not None and vectors[i] is not None:
+            emb[i] = np.asarray(vectors[i], np.float32)
+    if todo:
+        async with pool.acquire() as conn:
+            before = await predecessors(conn, namespace, items, ids, todo)
+        clock.lap("context")
+        followers = [i for i in todo if i in before]
+        texts = [embedding_text(items[i]) for i in todo] + [
+            context_text(before[i], passage_text(items[i]), EMBED_MAX_CHARS) for i in followers
+        ]
+        got = await embed_texts(embedder, texts, batch_size, meter=meter, tick=tick)
+        for i, v in zip(todo, got, strict=False):
             emb[i] = v
+        for i, v in zip(followers, got[len(todo) :], strict=True):
+            emb[i] = ((emb[i] + v) / 2).astype(np.float32)
     clock.lap("embed")
     rows = []
     for i, it in enumerate(items):
@@ -450,9 +475,9 @@ def embed_batches(texts: list[str], batch_size: int) -> Iterator[list[str]]:
         yield call
 
 
-async def embed_items(
+async def embed_texts(
     embedder: Embedder,
-    items: list[MemoryIn],
+    texts: list[str],
     batch_size: int,
     *,
     meter: EmbedMeter | None = None,
@@ -469,8 +494,8 @@ async def embed_items(
             meter.record(meter.units(texts), time.perf_counter() - t)
         return got
 
-    for texts in embed_batches([embedding_text(it) for it in items], batch_size):
-        out.extend(await loop.run_in_executor(_WRITE_EMBEDDING, timed, texts))
+    for call in embed_batches(texts, batch_size):
+        out.extend(await loop.run_in_executor(_WRITE_EMBEDDING, timed, call))
         if tick is not None:
             await tick()
     return out
@@ -530,7 +555,7 @@ async def ingest(
     items: list[MemoryIn],
     *,
     namespace: str,
-    vectors: np.ndarray | None = None,
+    vectors: Vectors | None = None,
     batch_size: int = 32,
     timeout_s: float | None = None,
     ids: list[str] | None = None,

@@ -22,7 +22,8 @@ logger = logging.getLogger(__name__)
 
 # Bump when the index terms or entities change: cached eval indexes are rebuilt, and a store
 # indexed by an older version is told to re-tokenize (`retrieval retokenize`).
-TOKENIZER_VERSION = "4"
+# 5: English phrases Sudachi reads as one katakana word are their words (want to -> want).
+TOKENIZER_VERSION = "5"
 
 # Sudachi POS prefixes (token.tag_) whose words carry content.
 _CONTENT_POS = ("名詞", "動詞-一般", "形容詞-一般", "形状詞")
@@ -37,11 +38,14 @@ STOP_WORDS = frozenset(
     何人 何歳 何年 何回 何個 何日 何月 何度 何番 何色 何語 何処 何故 幾つ
     a an the of to in on at for by with from and or but is are was were be been being it its
     this that these those what which who whom when where why how do does did done have has had
+    s t d ll m re ve
     """.split()  # noqa: SIM905 - a word list reads better as words
 ) | frozenset(SPACY_EN_STOP_WORDS)
 
 _LATIN_RE = re.compile(r"^[A-Za-z][A-Za-z0-9._+\-]*$")
 _ASCII_ALNUM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+\-]*$")
+_LATIN_PHRASE_RE = re.compile(r"^[A-Za-z]+(?:[ '’][A-Za-z]+)+$")
+_PHRASE_SPLIT_RE = re.compile(r"[ '’]")
 _DIGITS_RE = re.compile(r"^[0-9]+([.,][0-9]+)?$")
 _KATAKANA_RE = re.compile(r"^[\u30A0-\u30FFー]{2,}$")
 # Longest slice handed to Sudachi at once (its limit is about 49 KB of UTF-8).
@@ -203,6 +207,13 @@ def terms_from_tokens(toks: list[Token]) -> list[str]:
     japanese = any(_JAPANESE_RE.search(t.surface) for t in toks)
     for tok in toks:
         if not _is_content(tok):
+            continue
+        if _LATIN_PHRASE_RE.match(tok.surface):
+            # Sudachi reads some English phrases as one word ("want to" -> ウォントゥ, "don't" ->
+            # ドント): their words are terms as if written apart, the katakana reading is not one.
+            for word in _PHRASE_SPLIT_RE.split(tok.surface):
+                if word.lower() not in STOP_WORDS:
+                    out.append(english_norm(word))
             continue
         if _ASCII_ALNUM_RE.match(tok.surface):
             if tok.surface.lower() in STOP_WORDS:

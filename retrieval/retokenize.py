@@ -1,5 +1,6 @@
 """`retrieval retokenize`: make every memory's index terms again with this version's tokenizer
-(after an upgrade that changed them: English stemming in tokenizer 4), resumably."""
+(after an upgrade that changed them: English stemming in tokenizer 4, English phrases that
+Sudachi reads as one katakana word split into their words in 5), resumably."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ async def outdated(pool: asyncpg.Pool) -> str | None:
     made = f"tokenizer {got}" if got else "a tokenizer before version 4"
     return (
         f"the stored memories' keyword terms were made by {made}, this is {TOKENIZER_VERSION}: "
-        "run `retrieval retokenize` (English words are now stemmed; until then they match less)"
+        "run `retrieval retokenize` (English words are stemmed since 4 and English phrases read "
+        "as one katakana word are words since 5; until then they match less)"
     )
 
 

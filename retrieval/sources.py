@@ -43,22 +43,23 @@ _WHERE = """m.namespace = $1 AND NOT m.is_archived AND m.searchable
 
 def _knn_sql(order: str) -> str:
     return f"""
-SELECT {_COLS}, 1 - (m.embedding <=> $6) AS score
+SELECT {_COLS}, -(m.embedding <#> $6) AS score
 FROM memories m WHERE {_WHERE}
 ORDER BY {order} LIMIT $7"""
 
 
-# Returns the k nearest live memories by cosine distance (HNSW; iterative scan under filters).
-VECTOR_SQL = _knn_sql("m.embedding <=> $6")
+# Returns the k nearest live memories by inner product (HNSW; iterative scan under filters): the
+# cosine for a unit vector, the mean of two cosines for a turn's (retrieval/turn_context.py).
+VECTOR_SQL = _knn_sql("m.embedding <#> $6")
 
 # The same without the HNSW index: exact distances to every memory that passes the filters. The
-# `+ 0` keeps the planner off the index (it serves only a bare `embedding <=> constant` order).
-EXACT_VECTOR_SQL = _knn_sql("(m.embedding <=> $6) + 0")
+# `+ 0` keeps the planner off the index (it serves only a bare `embedding <#> constant` order).
+EXACT_VECTOR_SQL = _knn_sql("(m.embedding <#> $6) + 0")
 
 
 def _window_sql(dist: str) -> str:
     return f"""
-SELECT {_COLS}, 1 - v.dist AS score
+SELECT {_COLS}, -v.dist AS score
 FROM (
   SELECT v.memory_id, {dist} AS dist FROM memory_vectors v
   WHERE v.namespace = $1
@@ -78,12 +79,12 @@ ORDER BY v.dist LIMIT $7"""
 # (its rows mostly in the window, so the walk keeps what it visits), and the merged nearest
 # are joined back to memories, which checks every filter again. An open end is ±infinity, so
 # the bounds stay plain comparisons the executor prunes by.
-WINDOW_VECTOR_SQL = _window_sql("v.embedding <=> $6")
+WINDOW_VECTOR_SQL = _window_sql("v.embedding <#> $6")
 
 # The same, exactly: every live memory in the window by its weekly copy, found by namespace and
 # created_at (migration 0010), whose vector is stored inline (in `memories` it is TOASTed:
 # p50 22 ms against 5 ms for the 4,757 memories of a day at 1M). `+ 0` keeps off the graphs.
-EXACT_WINDOW_SQL = _window_sql("(v.embedding <=> $6) + 0")
+EXACT_WINDOW_SQL = _window_sql("(v.embedding <#> $6) + 0")
 
 # Returns how many memories of a namespace lie in [$2, $3), counting at most $4 of them
 # (an index-only scan of (namespace, created_at)).

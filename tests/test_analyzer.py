@@ -64,6 +64,14 @@ def test_english_keywords_folded(analyzer):
     assert "When" not in intent.name_terms and "GIN" in intent.name_terms
 
 
+def test_english_phrases_sudachi_reads_as_one_word_are_their_words(analyzer):
+    # Sudachi reads "want to" as ウォントゥ and "don't" as ドント; "Joanna's" leaves an "s".
+    intent = analyzer.analyze("What does Nate want to do at Joanna's place? I don't know", NOW)
+    assert {"want", "joanna", "place", "know"} <= set(intent.keywords)
+    assert not any(not t.isascii() for t in intent.keywords)
+    assert "s" not in intent.keywords and "t" not in intent.keywords
+
+
 def test_dictionary_can_be_replaced_without_code(tmp_path, nlp):
     path = tmp_path / "dict.json"
     path.write_text(json.dumps({"procedural": ["レシピ"], "factual": []}), encoding="utf-8")

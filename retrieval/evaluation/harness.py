@@ -21,8 +21,16 @@ from db.meta import GET_HARNESS_KEY, HAS_MEMORIES, PUT_HARNESS_KEY
 from retrieval.config import Settings
 from retrieval.errors import RetrievalError, StoreUnavailable
 from retrieval.evaluation.data import EvalQuery, read_corpus, read_qrels, read_queries
-from retrieval.ingest import MemoryIn, check_precomputed, embedding_text, ingest, open_vectors
+from retrieval.ingest import (
+    MemoryIn,
+    Vectors,
+    check_precomputed,
+    embedding_text,
+    ingest,
+    open_vectors,
+)
 from retrieval.models import RetrievalOptions, Strategy
+from retrieval.turn_context import may_follow
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +146,7 @@ async def ensure_index(
             chunk = group[start : start + batch]
             ns = sub_namespace(namespace, line_ns)
             if vectors is not None:
-                vec = np.ascontiguousarray(vectors[[r for r, _ in chunk]])
+                vec: Vectors = np.ascontiguousarray(vectors[[r for r, _ in chunk]])
             else:
                 vec = _reuse(rt.embedder, kept, ns, [it for _, it in chunk])
             await ingest(
@@ -154,12 +162,15 @@ async def ensure_index(
 
 def _reuse(
     embedder: Any, kept: dict[tuple[Any, ...], Any], namespace: str, items: list[MemoryIn]
-) -> np.ndarray:
+) -> list[np.ndarray | None]:
     """The chunk's vectors: the stored one where the same memory was indexed before, the rest
-    embedded now (as ingest would)."""
-    out = np.zeros((len(items), embedder.dim), np.float32)
+    embedded now (as ingest would). A turn that may follow another is left to ingest (None):
+    its vector depends on that turn too (retrieval.turn_context)."""
+    out: list[np.ndarray | None] = [None] * len(items)
     missing = []
     for i, it in enumerate(items):
+        if may_follow(it):
+            continue
         v = kept.get((namespace, it.id, it.title, it.content))
         if v is None:
             missing.append(i)
@@ -167,7 +178,9 @@ def _reuse(
             out[i] = np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, np.float32)
     for start in range(0, len(missing), 32):
         part = missing[start : start + 32]
-        out[part] = embedder.embed_passages([embedding_text(items[i]) for i in part])
+        got = embedder.embed_passages([embedding_text(items[i]) for i in part])
+        for i, v in zip(part, got, strict=True):
+            out[i] = v
     return out
 
 

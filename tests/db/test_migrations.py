@@ -130,7 +130,7 @@ async def test_upgrade_to_time_partitions_copies_live_memories(rt, tmp_path):
                 searchable,
             )
         applied = await migrations.migrate(conn, embedding_dim=3, timezone="Asia/Tokyo")
-        assert applied == [9, 10, 11, 12]
+        assert applied == [9, 10, 11, 12, 13]
         got = await conn.fetch(
             "SELECT m.external_id, v.tableoid::regclass::text AS part, w.lo, w.hi, "
             "v.created_at FROM memory_vectors v JOIN memories m ON m.id = v.memory_id "
@@ -153,6 +153,12 @@ async def test_upgrade_to_time_partitions_copies_live_memories(rt, tmp_path):
         # parent + default + one per week made
         weeks = await conn.fetchval("SELECT count(*) FROM memory_vector_weeks")
         assert weeks == 2 and graphs == weeks + 2
+        # 0013: every graph, the weeks' and the whole store's, ranks by inner product.
+        by_ip = await conn.fetchval(
+            "SELECT count(*) FROM pg_indexes WHERE indexdef LIKE '%USING hnsw (embedding "
+            "vector_ip_ops)%' AND (tablename LIKE 'memory_vectors%' OR tablename = 'memories')"
+        )
+        assert by_ip == graphs + 1
 
 
 def test_time_zone_names_only_reach_migrations_as_names():

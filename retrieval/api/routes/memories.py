@@ -29,7 +29,7 @@ from retrieval.errors import NotFound
 from retrieval.ingest import (
     MAX_ID_CHARS,
     assign_ids,
-    embedding_text,
+    embedding_load,
     ingest,
     stored_texts,
     to_embed,
@@ -64,7 +64,7 @@ async def add_memories(body: MemoriesIn, rt: RuntimeDep, scope: ScopeDep) -> Any
     timeout = rt.settings.write_timeout_s
     ids = assign_ids(items)
     old = await stored_texts(rt.pool, namespace, ids, timeout_s=timeout)
-    texts = [embedding_text(items[i]) for i in to_embed(items, ids, old)]
+    texts = embedding_load(items, to_embed(items, ids, old))
     estimate = await asyncio.to_thread(rt.meter.estimate_s, texts) if texts else 0.0
     if estimate > rt.settings.inline_embed_s:
         job = JobOut.model_validate(await rt.jobs.submit(namespace, items, ids, estimate))
