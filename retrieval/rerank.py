@@ -369,12 +369,17 @@ def in_window(created_at: datetime, window: TimeRange | None) -> bool:
     return not (window.end is not None and created_at >= window.end)
 
 
-def char_bigrams(text: str) -> set[str]:
-    t = "".join(text.split())
-    return {t[i : i + 2] for i in range(len(t) - 1)} or {t}
+def char_bigrams(text: str) -> frozenset[str]:
+    """The character bigrams of a text without its white space (cached with the n-grams)."""
+
+    def make() -> frozenset[str]:
+        t = "".join(text.split())
+        return frozenset({t[i : i + 2] for i in range(len(t) - 1)} or {t})
+
+    return _NGRAMS.get_or_compute((text, 0), make)
 
 
-def jaccard(a: set[str], b: set[str]) -> float:
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b) if a or b else 1.0
 
 
@@ -401,15 +406,18 @@ def dedupe(
     norms[norms == 0] = 1.0
     sims = (mat / norms) @ (mat / norms).T
     kept_idx: list[int] = []
-    grams: dict[int, set[str]] = {}
+    grams: dict[int, frozenset[str]] = {}
     for i, r in enumerate(results):
         if keep is not None and len(kept) >= keep:
             break
         dup = None
         near = np.flatnonzero(sims[i, kept_idx] > threshold) if kept_idx else ()
         for j in (kept_idx[x] for x in near):  # in the order kept, as before
-            gi = grams.setdefault(i, char_bigrams(r.candidate.content))
-            gj = grams.setdefault(j, char_bigrams(results[j].candidate.content))
+            if i not in grams:
+                grams[i] = char_bigrams(r.candidate.content)
+            if j not in grams:
+                grams[j] = char_bigrams(results[j].candidate.content)
+            gi, gj = grams[i], grams[j]
             if jaccard(gi, gj) >= text_threshold:
                 dup = results[j]
                 break

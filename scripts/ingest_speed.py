@@ -6,7 +6,7 @@ running `retrieval serve` (a fresh namespace per run; nothing else is touched):
     python scripts/ingest_speed.py --url http://127.0.0.1:8765 --sets locomo jsquad \\
         --batches 1 100 1000 --memories 200
 
-For each set and batch size it posts `--memories` memories (at least one batch) in batches,
+Turns keep their id, time, thread and links. For each set and batch size it posts `--memories` memories (at least one batch) in batches,
 follows a 202's job to its end, and prints memories/s and characters/s from the first post to
 the last write, with the server's own stage seconds (lookup, analyse, embed, write) summed.
 """
@@ -35,8 +35,11 @@ def read_set(root: Path, name: str, n: int) -> list[dict]:
         for line in fh:
             d = json.loads(line)
             item = {"content": d[key]}
-            if d.get("title"):
-                item["title"] = d["title"]
+            # A conversation turn is written as an agent writes it: with its id, time, thread
+            # and reply_to link (it is embedded a second time after the turn it follows).
+            for field in ("title", "id", "created_at", "thread", "links"):
+                if d.get(field):
+                    item[field] = d[field]
             out.append(item)
             if len(out) >= n:
                 break
