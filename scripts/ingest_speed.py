@@ -6,9 +6,10 @@ running `retrieval serve` (a fresh namespace per run; nothing else is touched):
     python scripts/ingest_speed.py --url http://127.0.0.1:8765 --sets locomo jsquad \\
         --batches 1 100 1000 --memories 200
 
-Turns keep their id, time, thread and links. For each set and batch size it posts `--memories` memories (at least one batch) in batches,
-follows a 202's job to its end, and prints memories/s and characters/s from the first post to
-the last write, with the server's own stage seconds (lookup, analyse, embed, write) summed.
+Turns keep their id, time, thread and links. For each set and batch size it posts
+`--memories` memories (at least one batch) in batches, follows a 202's job to its end, and
+prints memories/s and characters/s from the first post to the last write, with the server's own
+stage seconds (lookup, analyse, embed, write) summed.
 """
 
 from __future__ import annotations
