@@ -37,10 +37,10 @@ from retrieval.validation import (
 logger = logging.getLogger(__name__)
 
 MAX_CONTENT_CHARS = 100_000
+MAX_ID_CHARS = 512
 
 # Given vectors, row i for item i; a None row is embedded by the write.
 Vectors = np.ndarray | Sequence[np.ndarray | None]
-MAX_ID_CHARS = 512
 
 
 class LinkIn(BaseModel):
@@ -383,16 +383,17 @@ async def prepare_rows(
     meter: EmbedMeter | None = None,
     tick: Callable[[], Awaitable[None]] | None = None,
     stages: dict[str, float] | None = None,
+    timeout_s: float | None = None,
 ) -> tuple[list[MemoryRow], int]:
     """The rows to write for items, and how many were (re)embedded: a stored memory whose text
     is unchanged keeps its vector, terms and extracted entities. `old` is what stored_texts
     gave, when the caller has read it already; `vectors` gives an item's vector where it is not
     None (the rest are embedded, a conversation turn also after the turn it follows:
     retrieval.turn_context); `tick` is awaited between embedding batches; `stages` gets the
-    seconds each part took (lookup, analyse, context, embed)."""
+    seconds each part took (lookup, analyse, context, embed); `timeout_s` bounds each read."""
     clock = _Stages(stages)
     if old is None:
-        old = await stored_texts(pool, namespace, ids)
+        old = await stored_texts(pool, namespace, ids, timeout_s=timeout_s)
     clock.lap("lookup")
     need = to_embed(items, ids, old)
     changed = set(need)
@@ -408,15 +409,15 @@ async def prepare_rows(
         if vectors is not None and vectors[i] is not None:
             emb[i] = np.asarray(vectors[i], np.float32)
     if todo:
-        async with pool.acquire() as conn:
-            before = await predecessors(conn, namespace, items, ids, todo)
+        async with pool.acquire(timeout=timeout_s) as conn:
+            before = await predecessors(conn, namespace, items, ids, todo, timeout_s=timeout_s)
         clock.lap("context")
         followers = [i for i in todo if i in before]
         texts = [embedding_text(items[i]) for i in todo] + [
             context_text(before[i], passage_text(items[i]), EMBED_MAX_CHARS) for i in followers
         ]
         got = await embed_texts(embedder, texts, batch_size, meter=meter, tick=tick)
-        for i, v in zip(todo, got, strict=False):
+        for i, v in zip(todo, got[: len(todo)], strict=True):
             emb[i] = v
         for i, v in zip(followers, got[len(todo) :], strict=True):
             emb[i] = ((emb[i] + v) / 2).astype(np.float32)
@@ -564,7 +565,8 @@ async def ingest(
     tick: Callable[[], Awaitable[None]] | None = None,
 ) -> IngestReport:
     """Store items idempotently (by id) in one transaction; nothing is written on any error.
-    `timeout_s` bounds the transaction (write_rows), not the embedding."""
+    `timeout_s` bounds the transaction (write_rows) and each read before it, not the
+    embedding."""
     t0 = time.perf_counter()
     check_namespace(namespace)
     ids = ids if ids is not None else assign_ids(items)
@@ -582,6 +584,7 @@ async def ingest(
         meter=meter,
         tick=tick,
         stages=stages,
+        timeout_s=timeout_s,
     )
     t = time.perf_counter()
     inserted = await write_rows(pool, namespace, rows, timeout_s)

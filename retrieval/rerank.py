@@ -406,19 +406,14 @@ def dedupe(
     norms[norms == 0] = 1.0
     sims = (mat / norms) @ (mat / norms).T
     kept_idx: list[int] = []
-    grams: dict[int, frozenset[str]] = {}
     for i, r in enumerate(results):
         if keep is not None and len(kept) >= keep:
             break
         dup = None
         near = np.flatnonzero(sims[i, kept_idx] > threshold) if kept_idx else ()
         for j in (kept_idx[x] for x in near):  # in the order kept, as before
-            if i not in grams:
-                grams[i] = char_bigrams(r.candidate.content)
-            if j not in grams:
-                grams[j] = char_bigrams(results[j].candidate.content)
-            gi, gj = grams[i], grams[j]
-            if jaccard(gi, gj) >= text_threshold:
+            gi = char_bigrams(r.candidate.content)
+            if jaccard(gi, char_bigrams(results[j].candidate.content)) >= text_threshold:
                 dup = results[j]
                 break
         if dup is not None:
