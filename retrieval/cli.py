@@ -1,4 +1,4 @@
-"""`retrieval` command line: serve, migrate, retokenize, ingest, query, analyze, eval, eval-suite,
+"""`retrieval` command line: serve, migrate, retokenize, reembed-turns, ingest, query, analyze, eval, eval-suite,
 bench."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from retrieval.config import Settings
 from retrieval.errors import InvalidInput, RetrievalError
 from retrieval.importer import PARALLEL_FROM
 from retrieval.models import Strategy
-from retrieval.validation import check_instant
+from retrieval.validation import check_instant, check_namespace
 
 STRATEGY_CHOICES = [s.value for s in Strategy]
 
@@ -39,6 +39,14 @@ def _iso(value: str) -> datetime:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{value}: {exc}") from None
     return dt
+
+
+def _namespace(value: str) -> str:
+    try:
+        check_namespace(value)
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(f"{value!r}: {exc.errors[0]['reason']}") from None
+    return value
 
 
 def _positive(value: str) -> int:
@@ -77,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_migrate(sub)
     _add_retokenize(sub)
+    _add_reembed_turns(sub)
     _add_ingest(sub)
     _add_query(sub)
     _add_analyze(sub)
@@ -190,6 +199,22 @@ def _add_retokenize(sub: Any) -> None:
         "resumes where it stopped. The service keeps answering meanwhile.",
     )
     r.add_argument("--batch", type=_positive, default=BATCH, help="memories per transaction")
+
+
+def _add_reembed_turns(sub: Any) -> None:
+    """The `reembed-turns` command's arguments."""
+    from retrieval.reembed import BATCH
+
+    r = sub.add_parser(
+        "reembed-turns",
+        help="embed the stored conversation turns in context (stores from before migration 0013)",
+        description="Embed every stored memory that follows another (a thread, a reply_to link) "
+        "again, alone and after the turn it follows, as writes do since migration 0013; a batch "
+        "at a time, an interrupted run resumes where it stopped. The service keeps answering "
+        "meanwhile. Costs about three embeddings of each turn.",
+    )
+    r.add_argument("--batch", type=_positive, default=BATCH, help="turns per transaction")
+    r.add_argument("--namespace", type=_namespace, help="only this namespace (default: all)")
 
 
 def _add_eval_suite(sub: Any) -> None:
@@ -364,6 +389,25 @@ async def _cmd_retokenize(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _cmd_reembed_turns(settings: Settings, args: argparse.Namespace) -> int:
+    from retrieval.reembed import reembed_turns
+    from retrieval.runtime import open_runtime
+
+    rt = await open_runtime(settings)
+    try:
+        n = await reembed_turns(
+            rt.pool,
+            rt.embedder,
+            namespace=args.namespace,
+            batch=args.batch,
+            log=lambda m: print(m, file=sys.stderr),
+        )
+    finally:
+        await rt.close()
+    print(f"{n} conversation turns embedded in context")
+    return 0
+
+
 def _cmd_analyze(settings: Settings, args: argparse.Namespace) -> int:
     from retrieval.analyzer import CueDictionary, QueryAnalyzer
     from retrieval.nlp import JapaneseNLP
@@ -487,6 +531,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_cmd_migrate(settings))
         if args.command == "retokenize":
             return asyncio.run(_cmd_retokenize(settings, args))
+        if args.command == "reembed-turns":
+            return asyncio.run(_cmd_reembed_turns(settings, args))
         if args.command == "ingest":
             return asyncio.run(_cmd_ingest(settings, args))
         if args.command == "query":

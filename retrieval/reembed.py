@@ -1,0 +1,95 @@
+"""`retrieval reembed-turns`: embed the conversation turns a store holds from before migration
+0013 (each embedded alone) in context, as a write embeds them now (retrieval/turn_context.py),
+resumably. Memories that follow no turn are not read again."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import asyncpg
+import numpy as np
+
+from db import terms as db_terms
+from db import turn_vectors as db_turns
+from retrieval.embeddings import Embedder
+from retrieval.ingest import (
+    EMBED_MAX_CHARS,
+    LinkIn,
+    MemoryIn,
+    embed_texts,
+    embedding_text,
+    passage_text,
+)
+from retrieval.turn_context import context_text, predecessors
+
+logger = logging.getLogger(__name__)
+
+BATCH = 200
+
+
+def _item(r: asyncpg.Record) -> MemoryIn:
+    """A stored turn as the write path sees an item (no validation: it was stored valid)."""
+    links = [LinkIn.model_construct(to=r["reply_to"], label="reply_to")] if r["reply_to"] else []
+    return MemoryIn.model_construct(
+        id=r["external_id"],
+        content=r["content"],
+        title=r["title"],
+        thread=r["thread"],
+        created_at=r["created_at"],
+        links=links,
+    )
+
+
+async def reembed_turns(
+    pool: asyncpg.Pool,
+    embedder: Embedder,
+    *,
+    namespace: str | None = None,
+    batch: int = BATCH,
+    log: Callable[[str], None] | None = None,
+) -> int:
+    """Embed every stored turn that follows another again (alone and after that turn, their
+    mean), namespace by namespace in id order — only `namespace` when given — from where an
+    earlier run stopped; returns how many turns got a new vector."""
+    async with pool.acquire() as conn:
+        start_ns, last = await db_turns.progress(conn)
+        if namespace is not None:
+            namespaces = [namespace]
+            if start_ns != namespace:
+                start_ns, last = namespace, 0
+        else:
+            namespaces = [
+                r["namespace"] for r in await conn.fetch(db_terms.NAMESPACES_FROM, start_ns)
+            ]
+    done = 0
+    for ns in namespaces:
+        after = last if ns == start_ns else 0
+        while True:
+            async with pool.acquire() as conn:
+                rows = await db_turns.next_turns(conn, ns, after, batch)
+                items = [_item(r) for r in rows]
+                ids = [str(it.id) for it in items]
+                before = await predecessors(conn, ns, items, ids, range(len(items)))
+            if not rows:
+                break
+            follows = sorted(before)
+            texts = [embedding_text(items[i]) for i in follows] + [
+                context_text(before[i], passage_text(items[i]), EMBED_MAX_CHARS) for i in follows
+            ]
+            got = await embed_texts(embedder, texts, 32)
+            n = len(follows)
+            vectors = [
+                (rows[i]["id"], ((got[k] + got[n + k]) / 2).astype(np.float32), rows[i]["content"])
+                for k, i in enumerate(follows)
+            ]
+            after = rows[-1]["id"]
+            await db_turns.replace_vectors(pool, ns, vectors, after)
+            done += n
+            if log is not None:
+                log(f"{ns}: {done} turns embedded in context")
+    await db_turns.finish(pool)
+    return done
+
+
+__all__ = ["BATCH", "reembed_turns"]
