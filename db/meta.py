@@ -21,6 +21,28 @@ ON CONFLICT (namespace) DO UPDATE SET cache_key = EXCLUDED.cache_key, created_at
 # Returns whether a namespace holds any memory.
 HAS_MEMORIES = "SELECT EXISTS (SELECT 1 FROM memories WHERE namespace = $1)"
 
+# A store_meta value by key: read, set, forget.
+GET_VALUE = "SELECT value FROM store_meta WHERE key = $1"
+SET_VALUE = """
+INSERT INTO store_meta (key, value) VALUES ($1, $2)
+ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"""
+DELETE_VALUE = "DELETE FROM store_meta WHERE key = $1"
+
+
+async def progress(conn: asyncpg.Connection, key: str) -> tuple[str, int]:
+    """Where a resumable pass over the store (re-tokenizing, re-embedding turns) stopped, as
+    recorded under `key`: (namespace, last memory id done); ("", 0) = from the start."""
+    got = await conn.fetchval(GET_VALUE, key)
+    if not got:
+        return "", 0
+    namespace, _, last = str(got).rpartition("\t")
+    return namespace, int(last)
+
+
+async def record_progress(conn: asyncpg.Connection, key: str, namespace: str, last: int) -> None:
+    """Record under `key` that a pass got to memory id `last` of `namespace`."""
+    await conn.execute(SET_VALUE, key, f"{namespace}\t{last}")
+
 
 async def check_embedding_model(conn: asyncpg.Connection, model: str, dim: int) -> None:
     """Record the model on first start; refuse a different model or dimension later."""

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 import asyncpg
 
+from db import meta
+from db.meta import DELETE_VALUE, GET_VALUE, SET_VALUE
 from db.store import LOCK_NAMESPACE
 
 # store_meta keys: the tokenizer version the stored terms were made with, and how far a
@@ -15,11 +17,6 @@ from db.store import LOCK_NAMESPACE
 VERSION_KEY = "tokenizer_version"
 PROGRESS_KEY = "retokenize_progress"
 
-GET_VALUE = "SELECT value FROM store_meta WHERE key = $1"
-SET_VALUE = """
-INSERT INTO store_meta (key, value) VALUES ($1, $2)
-ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"""
-DELETE_VALUE = "DELETE FROM store_meta WHERE key = $1"
 # Returns whether the store holds any memory.
 ANY_MEMORY = "SELECT EXISTS (SELECT 1 FROM memories)"
 # Returns the namespaces holding memories, from $1 on, in order.
@@ -50,11 +47,7 @@ async def stored_version(conn: asyncpg.Connection, current: str) -> str | None:
 
 async def progress(conn: asyncpg.Connection) -> tuple[str, int]:
     """Where a re-tokenization stopped: (namespace, last memory id done); ("", 0) = start."""
-    got = await conn.fetchval(GET_VALUE, PROGRESS_KEY)
-    if not got:
-        return "", 0
-    namespace, _, last = str(got).rpartition("\t")
-    return namespace, int(last)
+    return await meta.progress(conn, PROGRESS_KEY)
 
 
 async def replace_terms(
@@ -70,7 +63,7 @@ async def replace_terms(
         await conn.execute(
             REPLACE_TERMS, list(ids), [" ".join(t) for t in terms], [len(t) for t in terms]
         )
-        await conn.execute(SET_VALUE, PROGRESS_KEY, f"{namespace}\t{max(ids)}")
+        await meta.record_progress(conn, PROGRESS_KEY, namespace, max(ids))
 
 
 async def finish(pool: asyncpg.Pool, version: str) -> None:

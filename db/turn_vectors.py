@@ -9,8 +9,9 @@ from typing import Any
 
 import asyncpg
 
+from db import meta
+from db.meta import DELETE_VALUE
 from db.store import as_vector
-from db.terms import DELETE_VALUE, GET_VALUE, SET_VALUE
 
 # store_meta key: how far a run got ("namespace<TAB>last memory id").
 PROGRESS_KEY = "reembed_turns_progress"
@@ -38,11 +39,7 @@ SET_VECTOR = "UPDATE memories SET embedding = $2 WHERE id = $1 AND content = $3"
 
 async def progress(conn: asyncpg.Connection) -> tuple[str, int]:
     """Where a run stopped: (namespace, last memory id done); ("", 0) = from the start."""
-    got = await conn.fetchval(GET_VALUE, PROGRESS_KEY)
-    if not got:
-        return "", 0
-    namespace, _, last = str(got).rpartition("\t")
-    return namespace, int(last)
+    return await meta.progress(conn, PROGRESS_KEY)
 
 
 async def next_turns(
@@ -58,7 +55,7 @@ async def replace_vectors(
     transaction."""
     async with pool.acquire() as conn, conn.transaction():
         await conn.executemany(SET_VECTOR, [(i, as_vector(v), c) for i, v, c in rows])
-        await conn.execute(SET_VALUE, PROGRESS_KEY, f"{namespace}\t{last}")
+        await meta.record_progress(conn, PROGRESS_KEY, namespace, last)
 
 
 async def finish(pool: asyncpg.Pool) -> None:

@@ -68,11 +68,11 @@ async def reembed_turns(
         while True:
             async with pool.acquire() as conn:
                 rows = await db_turns.next_turns(conn, ns, after, batch)
+                if not rows:
+                    break
                 items = [_item(r) for r in rows]
                 ids = [str(it.id) for it in items]
                 before = await predecessors(conn, ns, items, ids, range(len(items)))
-            if not rows:
-                break
             follows = sorted(before)
             texts = [embedding_text(items[i]) for i in follows] + [
                 context_text(before[i], passage_text(items[i]), EMBED_MAX_CHARS) for i in follows
