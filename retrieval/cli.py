@@ -262,6 +262,18 @@ def _err(msg: str) -> int:
     return 2
 
 
+# A database failure in a pass that commits batch by batch (retokenize, reembed-turns).
+_DB_FAILURES = (asyncpg.PostgresError, asyncpg.InterfaceError, ConnectionError, TimeoutError)
+
+
+def _stopped(command: str, exc: BaseException) -> int:
+    """The message for a resumable pass the database stopped: what stands, how to go on."""
+    return _err(
+        f"the database failed ({type(exc).__name__}: {exc}); every batch before it is written; "
+        f"run `retrieval {command}` again to resume where it stopped"
+    )
+
+
 async def _open(settings: Settings) -> Any:
     from retrieval.runtime import open_runtime
 
@@ -383,6 +395,8 @@ async def _cmd_retokenize(settings: Settings, args: argparse.Namespace) -> int:
         n = await retokenize(
             rt.pool, rt.nlp, batch=args.batch, log=lambda m: print(m, file=sys.stderr)
         )
+    except _DB_FAILURES as exc:
+        return _stopped("retokenize", exc)
     finally:
         await rt.close()
     print(f"{n} memories re-tokenized; the store's terms are current")
@@ -402,6 +416,8 @@ async def _cmd_reembed_turns(settings: Settings, args: argparse.Namespace) -> in
             batch=args.batch,
             log=lambda m: print(m, file=sys.stderr),
         )
+    except _DB_FAILURES as exc:
+        return _stopped("reembed-turns", exc)
     finally:
         await rt.close()
     print(f"{n} conversation turns embedded in context")

@@ -26,6 +26,8 @@ def test_help_lists_every_command(capsys):
         "serve",
         "migrate",
         "retokenize",
+        "reembed-turns",
+        "mcp",
         "ingest",
         "query",
         "analyze",

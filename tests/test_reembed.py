@@ -1,6 +1,7 @@
 """`retrieval reembed-turns`: the turns of a store written before migration 0013 (each embedded
 alone) get the vector a write makes now, resumably; other memories are not touched."""
 
+import asyncio
 import subprocess
 import sys
 
@@ -83,6 +84,46 @@ async def test_stored_turns_are_embedded_in_context_and_a_stopped_run_resumes(rt
     assert first + n == 2
     async with rt.pool.acquire() as conn:
         assert await turn_vectors.progress(conn) == ("", 0)
+
+
+def test_the_command_says_a_database_failure_keeps_what_was_done_and_resumes(
+    rt, ns, monkeypatch, capsys
+):
+    from retrieval.cli import main
+
+    asyncio.run(_ingest_fresh(rt.settings, ns))
+    monkeypatch.setenv("RETRIEVAL_DATA_DIR", str(rt.settings.data_dir))
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    real = turn_vectors.replace_vectors
+    calls = 0
+
+    async def second_fails(*a, **k):
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise ConnectionError("connection reset by peer")
+        return await real(*a, **k)
+
+    monkeypatch.setattr(turn_vectors, "replace_vectors", second_fails)
+    assert main(["reembed-turns", "--namespace", ns, "--batch", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "the database failed (ConnectionError: connection reset by peer)" in err
+    assert "run `retrieval reembed-turns` again to resume" in err and "Traceback" not in err
+    monkeypatch.setattr(turn_vectors, "replace_vectors", real)
+    assert main(["reembed-turns", "--namespace", ns, "--batch", "1"]) == 0
+    assert "conversation turns embedded in context" in capsys.readouterr().out
+
+
+async def _ingest_fresh(settings, ns):
+    """TURNS written through a runtime of its own (the test's loop is not the fixture's)."""
+    from retrieval.ingest import ingest, parse_items
+    from retrieval.runtime import open_runtime
+
+    rt = await open_runtime(settings)
+    try:
+        await ingest(rt.pool, rt.nlp, rt.embedder, parse_items(TURNS), namespace=ns)
+    finally:
+        await rt.close()
 
 
 def test_the_command_refuses_a_bad_namespace_by_name():
