@@ -173,6 +173,13 @@ INSERT INTO memory_links (namespace, from_external, to_external, label)
 SELECT $1, x.f, x.t, x.l FROM unnest($2::text[], $3::text[], $4::text[]) AS x(f, t, l)
 ON CONFLICT DO NOTHING"""
 
+# Replace the passages of the memories just written ($1 ids; then $1..$5 one array per column).
+DELETE_PASSAGES = "DELETE FROM memory_passages WHERE memory_id = ANY($1::bigint[])"
+_INSERT_PASSAGES = """
+INSERT INTO memory_passages (memory_id, ord, namespace, start_char, end_char, embedding)
+SELECT x.id, x.ord, $1, x.s, x.e, x.v
+FROM unnest($2::bigint[], $3::int[], $4::int[], $5::int[], $6::vector[]) AS x(id, ord, s, e, v)"""
+
 # A write that lost a deadlock or a serialisation race is retried this many times.
 WRITE_ATTEMPTS = 4
 
@@ -195,6 +202,9 @@ class MemoryRow:
     thread: str | None = None
     entities: Sequence[tuple[str, float]] = ()  # (normalised name, weight)
     links: Sequence[tuple[str, str]] = ()  # (to external id, label)
+    # A long memory's passages (start, end, vector) in order; () none; None: leave the stored
+    # ones (the text is unchanged).
+    passages: Sequence[tuple[int, int, Any]] | None = ()
 
     def columns(self) -> tuple[Any, ...]:
         """The values of COLUMNS for this row."""
@@ -319,7 +329,28 @@ async def _upsert_once(
     await conn.execute(DELETE_LINKS, namespace, list(written), timeout=timeout_s)
     if links:
         await conn.execute(_INSERT_LINKS, namespace, *_transpose(links), timeout=timeout_s)
+    await write_passages(conn, namespace, [(written[r.external_id], r) for r in rows], timeout_s)
     return inserted
+
+
+async def write_passages(
+    conn: asyncpg.Connection,
+    namespace: str,
+    rows: Sequence[tuple[int, MemoryRow]],
+    timeout_s: float | None,
+) -> None:
+    """Replace the passages of the (memory id, row) whose row gives them."""
+    given = [(mid, r) for mid, r in rows if r.passages is not None]
+    if not given:
+        return
+    await conn.execute(DELETE_PASSAGES, [mid for mid, _ in given], timeout=timeout_s)
+    parts = [
+        (mid, n, s, e, as_vector(v))
+        for mid, r in given
+        for n, (s, e, v) in enumerate(r.passages or ())
+    ]
+    if parts:
+        await conn.execute(_INSERT_PASSAGES, namespace, *_transpose(parts), timeout=timeout_s)
 
 
 def _transpose(pairs: list[tuple[Any, ...]]) -> list[list[Any]]:

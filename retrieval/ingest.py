@@ -24,6 +24,7 @@ from db.store import MemoryRow, StoredTurn
 from retrieval.embeddings import Embedder, EmbedMeter, lower_priority
 from retrieval.errors import InvalidInput, StoreUnavailable
 from retrieval.nlp import JapaneseNLP, memory_entities, normalize_entity, terms_from_tokens
+from retrieval.passages.split import passage_embedding_text, split_passages
 from retrieval.turn_context import context_text, may_follow, predecessors
 from retrieval.validation import (
     Instant,
@@ -215,14 +216,29 @@ def embedding_text(item: MemoryIn) -> str:
     return passage_text(item)[:EMBED_MAX_CHARS]
 
 
+def mean_direction(vectors: Sequence[Any]) -> np.ndarray:
+    """The unit vector along the mean of unit vectors: a long memory's own vector, from its
+    passages' (what it is about as a whole, for the temporal leg and near-duplicates)."""
+    m = np.mean(np.asarray(vectors, np.float32), axis=0)
+    return (m / max(float(np.linalg.norm(m)), 1e-12)).astype(np.float32)
+
+
 def embedding_load(items: list[MemoryIn], picks: list[int]) -> list[str]:
-    """The texts a write of `picks` embeds, for its cost estimate: each one's own, and for a turn
-    that may follow another, its own again after a turn taken to be as long as itself."""
-    out = [embedding_text(items[i]) for i in picks]
-    for i in picks:
+    """The texts a write of `picks` embeds, for its cost estimate: a short memory's own text,
+    for a turn that may follow another its own again after a turn taken to be as long as
+    itself, and a long memory's passages."""
+    spans = {i: split_passages(items[i].content) for i in picks}
+    short = [i for i in picks if not spans[i]]
+    out = [embedding_text(items[i]) for i in short]
+    for i in short:
         if may_follow(items[i]):
             own = passage_text(items[i])
             out.append(context_text(StoredTurn(None, own), own, EMBED_MAX_CHARS))
+    out.extend(
+        passage_embedding_text(items[i].title, items[i].content, sp)
+        for i in picks
+        for sp in spans[i]
+    )
     return out
 
 
@@ -404,23 +420,36 @@ async def prepare_rows(
     )
     clock.lap("analyse")
     emb: list[Any] = [k["embedding"] if k is not None else None for k in kept]
-    todo = [i for i in need if vectors is None or vectors[i] is None]
     for i in need:
         if vectors is not None and vectors[i] is not None:
             emb[i] = np.asarray(vectors[i], np.float32)
+    # A long memory is embedded passage by passage (its vector, unless given, their mean); a
+    # short one whole, and a turn also after the turn it follows.
+    spans = {i: split_passages(items[i].content) for i in need}
+    todo = [i for i in need if emb[i] is None and not spans[i]]
+    before: dict[int, StoredTurn] = {}
     if todo:
         async with pool.acquire(timeout=timeout_s) as conn:
             before = await predecessors(conn, namespace, items, ids, todo, timeout_s=timeout_s)
-        clock.lap("context")
-        followers = [i for i in todo if i in before]
-        texts = [embedding_text(items[i]) for i in todo] + [
-            context_text(before[i], passage_text(items[i]), EMBED_MAX_CHARS) for i in followers
-        ]
-        got = await embed_texts(embedder, texts, batch_size, meter=meter, tick=tick)
-        for i, v in zip(todo, got[: len(todo)], strict=True):
-            emb[i] = v
-        for i, v in zip(followers, got[len(todo) :], strict=True):
-            emb[i] = ((emb[i] + v) / 2).astype(np.float32)
+    clock.lap("context")
+    followers = [i for i in todo if i in before]
+    parts = [(i, sp) for i in need for sp in spans[i]]
+    texts = (
+        [embedding_text(items[i]) for i in todo]
+        + [context_text(before[i], passage_text(items[i]), EMBED_MAX_CHARS) for i in followers]
+        + [passage_embedding_text(items[i].title, items[i].content, sp) for i, sp in parts]
+    )
+    got = await embed_texts(embedder, texts, batch_size, meter=meter, tick=tick) if texts else []
+    for i, v in zip(todo, got[: len(todo)], strict=True):
+        emb[i] = v
+    for i, v in zip(followers, got[len(todo) : len(todo) + len(followers)], strict=True):
+        emb[i] = ((emb[i] + v) / 2).astype(np.float32)
+    passages: dict[int, list[tuple[int, int, Any]]] = {i: [] for i in need}
+    for (i, sp), v in zip(parts, got[len(todo) + len(followers) :], strict=True):
+        passages[i].append((sp.start, sp.end, v))
+    for i in need:
+        if emb[i] is None:
+            emb[i] = mean_direction([v for _, _, v in passages[i]])
     clock.lap("embed")
     rows = []
     for i, it in enumerate(items):
@@ -430,7 +459,7 @@ async def prepare_rows(
         else:
             terms = k["search_tokens"].split()
             found = list(zip(k["entities"], k["entity_weights"], strict=True))
-        rows.append(_row(ids[i], it, emb[i], terms, found))
+        rows.append(_row(ids[i], it, emb[i], terms, found, passages.get(i)))
     return rows, len(need)
 
 
@@ -503,9 +532,15 @@ async def embed_texts(
 
 
 def _row(
-    external_id: str, it: MemoryIn, embedding: Any, terms: list[str], found: list[tuple[str, float]]
+    external_id: str,
+    it: MemoryIn,
+    embedding: Any,
+    terms: list[str],
+    found: list[tuple[str, float]],
+    passages: list[tuple[int, int, Any]] | None,
 ) -> MemoryRow:
-    """The stored row of an item; entities it names itself replace the extracted ones."""
+    """The stored row of an item; entities it names itself replace the extracted ones;
+    `passages` None keeps the stored ones (the text is unchanged)."""
     given = [(normalize_entity(e), 1.0) for e in it.entities] if it.entities is not None else None
     return MemoryRow(
         external_id=external_id,
@@ -522,6 +557,7 @@ def _row(
         thread=it.thread,
         entities=found if given is None else given,
         links=[(ln.to, str(ln.label)) for ln in it.links],
+        passages=passages,
     )
 
 

@@ -224,6 +224,8 @@ class Candidate:
     via: str | None = None
     # Expansion: from which seed, and what the hop says (the reranker scores it).
     hop: Hop | None = None
+    # A long memory's passages the vector leg found: (start, end, score), best first.
+    passages: tuple[tuple[int, int, float], ...] = ()
 
 
 # Hop.kind of a reply to a seed that asks a question: the reply answers it.
@@ -267,6 +269,8 @@ class ScoredResult:
     sources: list[str]
     relevance: Relevance = Relevance.MEDIUM
     reason: str = ""
+    # [start, end) of the content: the part that answers (retrieval.passages.highlight).
+    highlight: tuple[int, int] | None = None
 
 
 @dataclass
@@ -292,6 +296,9 @@ class RetrievalOptions:
     add_sources: tuple[Source, ...] = ()
     # How many memories before and after each result (in its thread or reply chain) come with it.
     context_window: int = 1
+    # At most this many characters of content (and context) in all the results: each whole
+    # when it fits, else its highlight, else left out (None: no budget).
+    max_chars: int | None = None
     # Read-your-writes across processes: the `lsn` a write answered with; a replica answers
     # only once it has replayed that far (this process also remembers its own writes).
     after_lsn: str | None = None
@@ -310,6 +317,16 @@ class ContextMemory:
     position: int
 
 
+@dataclass(frozen=True)
+class Highlight:
+    """The part of a result's content that answers: content[start:end] (character offsets
+    into the stored content, whole or not)."""
+
+    start: int
+    end: int
+    text: str
+
+
 @dataclass
 class RetrievalResult:
     id: str
@@ -326,6 +343,9 @@ class RetrievalResult:
     reason: str
     # The memories around it in its thread or reply chain (options.context_window).
     context: list[ContextMemory] = field(default_factory=list)
+    highlight: Highlight | None = None
+    # True when `content` is only the highlight: the whole did not fit options.max_chars.
+    cut: bool = False
 
     @classmethod
     def of(cls, r: ScoredResult, *, details: bool = True) -> RetrievalResult:
@@ -344,6 +364,9 @@ class RetrievalResult:
             sources=r.sources,
             relevance=r.relevance,
             reason=r.reason,
+            highlight=None
+            if r.highlight is None
+            else Highlight(*r.highlight, c.content[r.highlight[0] : r.highlight[1]]),
         )
 
 
@@ -354,6 +377,18 @@ class SourceReport:
     count: int
     status: SourceStatus
     error: str | None = None
+
+
+@dataclass
+class BudgetReport:
+    """How the results were fitted into options.max_chars: characters of content (and
+    context) returned, how many whole, which cut to their highlight, which left out."""
+
+    max_chars: int
+    used_chars: int
+    whole: int
+    cut: list[str] = field(default_factory=list)
+    omitted: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -368,6 +403,8 @@ class RetrievalMetadata:
     degraded: list[str]
     run_id: str
     params: dict[str, Any] = field(default_factory=dict)
+    # What options.max_chars let through (None without a budget).
+    budget: BudgetReport | None = None
     # Processing seconds the request cost (CPU of analysis and reranking, estimated embedding
     # of its uncached texts): what its namespace's budget is charged (retrieval.tenant_budget).
     cost_s: float = 0.0

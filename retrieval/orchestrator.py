@@ -39,6 +39,7 @@ from retrieval.models import (
     SourceStatus,
     TimeRange,
 )
+from retrieval.passages.budget import MAX_BUDGET_CHARS, fit
 from retrieval.query_embedding import EmbeddingBusy, QueryEmbeddings, cut_texts
 from retrieval.replicas import CONNECTION_ERRORS, ReadRouter
 from retrieval.rerank import blend_lex, fuse_first_wave, lex_signal, rerank
@@ -219,6 +220,13 @@ class Orchestrator:
             errors.append(
                 {"field": "options.limit", "reason": f"must be between 1 and {self.max_limit}"}
             )
+        if options.max_chars is not None and not 1 <= options.max_chars <= MAX_BUDGET_CHARS:
+            errors.append(
+                {
+                    "field": "options.max_chars",
+                    "reason": f"must be between 1 and {MAX_BUDGET_CHARS}",
+                }
+            )
         tr = options.time_range
         if tr and tr.start and tr.end and tr.start >= tr.end:
             errors.append({"field": "options.time_range", "reason": "start must be before end"})
@@ -303,6 +311,9 @@ class Orchestrator:
             clock.ms["context"] = (time.perf_counter() - t_ctx) * 1000.0
             if report is not None:
                 reports[report.source] = report
+        budget = None
+        if options.max_chars is not None:
+            results, budget = fit(results, options.max_chars)
         meta = RetrievalMetadata(
             strategy_used=p.strategy,
             query_intent=intent,
@@ -316,6 +327,7 @@ class Orchestrator:
             run_id=str(uuid.uuid4()),
             params=_plan_json(p, window, options.time_range is not None),
             cost_s=clock.cpu_s + _embedding_spent(embedding, embed_costs),
+            budget=budget,
         )
         m.record_retrieval(meta)
         if self.log_runs and options.log_run:

@@ -27,6 +27,8 @@ from retrieval.models import (
     TimeRange,
     WindowMode,
 )
+from retrieval.passages.highlight import focus
+from retrieval.passages.split import SPLIT_ABOVE, Span
 from retrieval.strategy import Preset
 
 _SCORE_NAMES = {
@@ -320,6 +322,30 @@ def lex_signal(query: str, texts: Mapping[int, str], preset: Preset) -> dict[int
     return lexical_overlap(query, {k: v[:LEX_MAX_CHARS] for k, v in texts.items()}, preset.lex_n)
 
 
+def highlights(
+    query: str, cands: Sequence[Candidate], per_source: Mapping[Source, Sequence[Candidate]]
+) -> dict[int, Span]:
+    """Each candidate's highlight (retrieval.passages.highlight): the passage that covers most
+    of the query's character bigrams, helped by the passages the vector leg found in it."""
+    found: dict[int, list[tuple[int, int, float]]] = {}
+    for got in per_source.values():
+        for c in got:
+            if c.passages:
+                found.setdefault(c.id, []).extend(c.passages)
+    q = char_ngrams(query, 2)
+
+    def covers(text: str) -> float:
+        return len(doc_ngrams(text, 2) & q) / len(q) if q else 0.0
+
+    return {c.id: focus(c.content, found.get(c.id, ()), covers) for c in cands}
+
+
+def lex_text(c: Candidate, span: Span) -> str:
+    """What the n-gram signal reads of a memory: a memory with passages (longer than
+    SPLIT_ABOVE), its highlight; any other, all of it."""
+    return c.content[span.start : span.end] if len(c.content) > SPLIT_ABOVE else c.content
+
+
 def blend_lex(score: float, lex: float, preset: Preset) -> float:
     """A fused score with the n-gram signal mixed in at the preset's weight."""
     return (1 - preset.lex_weight) * score + preset.lex_weight * lex
@@ -495,16 +521,20 @@ def rerank(
     )
     before = len(ordered)
     top = admit(ordered, per_source, preset, max(preset.rerank_top, limit), expanded.answering)
+    spans = highlights(query, [f.candidate for f in top], per_source)
     lex = lex_signal(
         query,
         {
             f.candidate.id: expanded.chain_text.get(f.candidate.id)
-            or (f.candidate.title or "") + f.candidate.content
+            or (f.candidate.title or "") + lex_text(f.candidate, spans[f.candidate.id])
             for f in top
         },
         preset,
     )
     scored = [_score(f, per_source, preset, now, placed(f.candidate), lex) for f in top]
+    scored = [
+        (a, replace(r, highlight=spans[r.candidate.id].bounds), b, c) for a, r, b, c in scored
+    ]
     scored.sort(key=lambda x: (x[0], x[1].score), reverse=True)
     meta = {r.candidate.id: (near, rec) for _, r, rec, near in scored}
     # The threshold applies to everything but memories inside a window the query named and

@@ -101,6 +101,36 @@ SELECT count(*) FROM (
 # Over the weekly copies (0009, 0010) a 1-day window of 4,757 costs 5 ms exactly (p50).
 EXACT_WINDOW_MAX = 5000
 
+# Returns how many passages (migration 0014) namespace $1 holds, counting at most $2.
+PASSAGE_COUNT_SQL = """
+SELECT count(*) FROM (SELECT 1 FROM memory_passages p WHERE p.namespace = $1 LIMIT $2) AS x"""
+
+
+def _passage_sql(order: str) -> str:
+    return f"""
+WITH p AS (
+  SELECT p.memory_id, p.start_char, p.end_char, -(p.embedding <#> $6) AS score
+  FROM memory_passages p WHERE p.namespace = $1 ORDER BY {order} LIMIT $7),
+best AS (
+  SELECT p.memory_id, max(p.score) AS score,
+         array_agg(p.start_char ORDER BY p.score DESC) AS starts,
+         array_agg(p.end_char ORDER BY p.score DESC) AS ends,
+         array_agg(p.score ORDER BY p.score DESC) AS scores
+  FROM p GROUP BY p.memory_id)
+SELECT {_COLS}, b.score, b.starts, b.ends, b.scores
+FROM best b JOIN memories m ON m.id = b.memory_id
+WHERE {_WHERE}
+ORDER BY b.score DESC"""
+
+
+# Returns the live memories whose passages are among the $7 nearest of namespace $1 (HNSW),
+# each scored by its best, with the passages found ([start, end) and score, best first). The
+# other filters apply to the memories: a filtered search can find fewer than $7.
+PASSAGE_VECTOR_SQL = _passage_sql("p.embedding <#> $6")
+# The same by exact distances to every passage of the namespace (by its index): a namespace
+# with few passages among many of other namespaces would walk most of the graph for them.
+EXACT_PASSAGE_SQL = _passage_sql("(p.embedding <#> $6) + 0")
+
 # Returns document frequency and IDF of the query's lexemes, with the namespace's average length.
 TERM_STATS_SQL = """
 SELECT l.lexeme AS term, d.df, s.doc_count,
@@ -283,8 +313,40 @@ async def _knn(ctx: SearchContext, source: Source, window: TimeRange | None) -> 
             for c in _rows(rows, source):
                 if c.id not in best or c.score > best[c.id].score:
                     best[c.id] = c
+        if window is None:
+            await _passages(ctx, conn, source, args, best)
     # relaxed_order iterative scans may return rows slightly out of order
     return sorted(best.values(), key=lambda c: c.score, reverse=True)[: ctx.k]
+
+
+async def _passages(
+    ctx: SearchContext,
+    conn: asyncpg.Connection,
+    source: Source,
+    args: tuple[Any, ...],
+    best: dict[int, Candidate],
+) -> None:
+    """Add what the namespace's passages find to `best`: a memory scores its best passage when
+    that beats its own vector (max-sim), and carries the passages found (issue #25)."""
+    n = await conn.fetchval(PASSAGE_COUNT_SQL, args[0], EXACT_WINDOW_MAX + 1, timeout=ctx.timeout_s)
+    if not n:
+        return
+    sql = EXACT_PASSAGE_SQL if n <= EXACT_WINDOW_MAX else PASSAGE_VECTOR_SQL
+    for vec in ctx.vectors:
+        rows = await conn.fetch(sql, *args, vec, ctx.k, timeout=ctx.timeout_s)
+        for r, c in zip(rows, _rows(rows, source), strict=True):
+            found = tuple(zip(r["starts"], r["ends"], map(float, r["scores"]), strict=True))
+            old = best.get(c.id)
+            if old is not None:
+                merged = {(a, b): x for a, b, x in (*old.passages, *found)}
+                found = tuple(
+                    sorted(((a, b, x) for (a, b), x in merged.items()), key=lambda p: -p[2])
+                )
+                if old.score >= c.score:
+                    old.passages = found
+                    continue
+            c.passages = found
+            best[c.id] = c
 
 
 async def vector(ctx: SearchContext) -> list[Candidate]:

@@ -100,12 +100,47 @@ class RetrieveOptionsIn(BaseModel):
         description="Read your writes: the `lsn` a POST /v1/memories answered with; a read "
         "replica answers only once it has replayed that far (else the primary does).",
     )
+    max_chars: int | None = Field(
+        default=None,
+        description="A budget: at most this many characters of content (and context) in all the "
+        "results. Best first, each result whole when it fits, else as its highlight (`cut`), "
+        "else left out; `metadata.budget` says which.",
+    )
+    max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="A budget in tokens, counted as `chars_per_token` characters a token "
+        "(required with it); with max_chars too, the smaller budget holds.",
+    )
+    chars_per_token: float | None = Field(
+        default=None,
+        gt=0,
+        le=100,
+        description="How many characters the caller's tokenizer puts in a token (for max_tokens).",
+    )
     add_sources: list[Literal["recent", "states", "vector_global"]] = Field(
         default_factory=list,
         max_length=3,
         description="Also search the newest memories, the newest states, or older similar memories "
         "(the exploration slot: older than 90 days).",
     )
+
+    def budget_chars(self) -> int | None:
+        """The character budget max_chars and max_tokens set (the smaller), or None."""
+        budgets = [self.max_chars] if self.max_chars is not None else []
+        if self.max_tokens is not None:
+            if self.chars_per_token is None:
+                raise InvalidInput(
+                    [
+                        {
+                            "field": "options.chars_per_token",
+                            "reason": "required with options.max_tokens: how many characters "
+                            "a token holds for your tokenizer",
+                        }
+                    ]
+                )
+            budgets.append(max(1, int(self.max_tokens * self.chars_per_token)))
+        return min(budgets) if budgets else None
 
 
 class RetrieveRequest(BaseModel):
@@ -130,6 +165,28 @@ class ContextOut(BaseModel):
     position: int
 
 
+class HighlightOut(BaseModel):
+    """The part of the content that answers: content[start:end] of the stored memory."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    start: int
+    end: int
+    text: str
+
+
+class BudgetOut(BaseModel):
+    """How the results were fitted into the budget (options.max_chars / max_tokens)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    max_chars: int
+    used_chars: int
+    whole: int = Field(description="Results returned whole.")
+    cut: list[str] = Field(description="Ids returned as their highlight only.")
+    omitted: list[str] = Field(description="Ids left out: not even their highlight fitted.")
+
+
 class ResultOut(BaseModel):
     """One result, read from the core's RetrievalResult (no copy of its fields elsewhere)."""
 
@@ -152,6 +209,15 @@ class ResultOut(BaseModel):
     context: list[ContextOut] = Field(
         default_factory=list,
         description="The memories around it in its thread or reply chain (options.context_window).",
+    )
+    highlight: HighlightOut | None = Field(
+        default=None,
+        description="The part of the content that answers, with its character offsets (the "
+        "whole content for a memory of one passage).",
+    )
+    cut: bool = Field(
+        default=False,
+        description="`content` is only the highlight: the whole did not fit the budget.",
     )
 
     @field_serializer("score")
@@ -193,6 +259,9 @@ class MetadataOut(BaseModel):
     )
     run_id: str
     params: dict[str, Any]
+    budget: BudgetOut | None = Field(
+        default=None, description="With a budget: what it let through (else null)."
+    )
 
     @field_validator("query_intent", mode="before")
     @classmethod

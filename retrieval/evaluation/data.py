@@ -23,14 +23,23 @@ class EvalQuery:
     # Conversation sets: the namespace (of the corpus's lines) to ask in, and the question's kind.
     namespace: str | None = None
     category: str | None = None
+    # A long-memory set: the paragraph that answers, to check the result's highlight against.
+    gold_text: str | None = None
 
 
 def _query(obj: dict[str, object]) -> EvalQuery:
     qid = obj["id"] if "id" in obj else obj["qid"]
     text = obj["text"] if "text" in obj else obj["query"]
     now = datetime.fromisoformat(str(obj["now"])) if obj.get("now") else None
-    ns, cat = obj.get("namespace"), obj.get("category")
-    return EvalQuery(str(qid), str(text), now, str(ns) if ns else None, str(cat) if cat else None)
+    ns, cat, gold = obj.get("namespace"), obj.get("category"), obj.get("gold_text")
+    return EvalQuery(
+        str(qid),
+        str(text),
+        now,
+        str(ns) if ns else None,
+        str(cat) if cat else None,
+        str(gold) if gold else None,
+    )
 
 
 def read_queries(path: Path) -> list[EvalQuery]:

@@ -21,6 +21,7 @@ from db.meta import GET_HARNESS_KEY, HAS_MEMORIES, PUT_HARNESS_KEY
 from retrieval.config import Settings
 from retrieval.errors import RetrievalError, StoreUnavailable
 from retrieval.evaluation.data import EvalQuery, read_corpus, read_qrels, read_queries
+from retrieval.evaluation.embedding_cache import CachedEmbedder
 from retrieval.ingest import (
     MemoryIn,
     Vectors,
@@ -29,7 +30,9 @@ from retrieval.ingest import (
     ingest,
     open_vectors,
 )
-from retrieval.models import RetrievalOptions, Strategy
+from retrieval.models import Highlight, RetrievalOptions, RetrievalResult, Strategy
+from retrieval.passages.budget import fit
+from retrieval.passages.split import split_passages
 from retrieval.turn_context import may_follow
 
 logger = logging.getLogger(__name__)
@@ -90,6 +93,13 @@ SELECT namespace, external_id, title, content, embedding FROM memories
 WHERE namespace = $1 OR starts_with(namespace, $1 || ':')"""
 
 
+def embedding_cache_path(settings: Settings) -> Path:
+    """The evaluation's embedding cache (retrieval.evaluation.embedding_cache): a file beside
+    the data directory (which is the embedded server's own)."""
+    d = settings.data_dir.expanduser().resolve()
+    return d.with_name(d.name + "-eval-embeddings.sqlite")
+
+
 class ForeignNamespace(RetrievalError):
     """The namespace holds memories the harness did not put there; replacing them needs --force."""
 
@@ -122,6 +132,7 @@ async def ensure_index(
             "indexing would delete them. Choose another --namespace, or pass --force"
         )
     groups = read_corpus(corpus)
+    embedder = CachedEmbedder(rt.embedder, embedding_cache_path(rt.settings))
     vectors = None
     if vectors_path is not None:
         rows = sorted((row, it) for g in groups.values() for row, it in g)
@@ -148,9 +159,9 @@ async def ensure_index(
             if vectors is not None:
                 vec: Vectors = np.ascontiguousarray(vectors[[r for r, _ in chunk]])
             else:
-                vec = _reuse(rt.embedder, kept, ns, [it for _, it in chunk])
+                vec = _reuse(embedder, kept, ns, [it for _, it in chunk])
             await ingest(
-                rt.pool, rt.nlp, rt.embedder, [it for _, it in chunk], namespace=ns, vectors=vec
+                rt.pool, rt.nlp, embedder, [it for _, it in chunk], namespace=ns, vectors=vec
             )
             done += len(chunk)
             logger.info("indexed %d/%d", done, total)
@@ -165,11 +176,12 @@ def _reuse(
 ) -> list[np.ndarray | None]:
     """The chunk's vectors: the stored one where the same memory was indexed before, the rest
     embedded now (as ingest would). A turn that may follow another is left to ingest (None):
-    its vector depends on that turn too (retrieval.turn_context)."""
+    its vector depends on that turn too (retrieval.turn_context); so is a long memory, whose
+    vector is its passages' (retrieval.passages)."""
     out: list[np.ndarray | None] = [None] * len(items)
     missing = []
     for i, it in enumerate(items):
-        if may_follow(it):
+        if may_follow(it) or split_passages(it.content):
             continue
         v = kept.get((namespace, it.id, it.title, it.content))
         if v is None:
@@ -184,6 +196,64 @@ def _reuse(
     return out
 
 
+# The budget the harness fits the first 10 results of each answer into (characters).
+EVAL_BUDGET_CHARS = 4000
+
+
+def overlaps(h: Highlight | None, content: str, gold: str) -> bool:
+    """Whether a highlight (or, without one, the content given) holds part of `gold`, the
+    paragraph that answers, found in `content` (the whole stored text)."""
+    at = content.find(gold)
+    if at < 0:
+        return False
+    start, end = (h.start, h.end) if h is not None else (0, len(content))
+    return start < at + len(gold) and at < end
+
+
+class _Parts:
+    """What the first results hold: characters whole and within a budget; highlight hits."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.whole: list[int] = []
+        self.fitted: list[int] = []
+        self.eligible = self.hits = self.kept = 0
+
+    def add(self, q: EvalQuery, rel: dict[str, int], results: list[RetrievalResult]) -> None:
+        top = results[:10]
+        self.whole.append(sum(len(r.content) for r in top))
+        fitted, report = fit(top, self.budget)
+        self.fitted.append(report.used_chars)
+        if q.gold_text is None:
+            return
+        first = next((r for r in results[:5] if rel.get(r.id, 0) > 0), None)
+        if first is None:
+            return
+        self.eligible += 1
+        self.hits += overlaps(first.highlight, first.content, q.gold_text)
+        # Within the budget: the relevant result whole, or its highlight, still holds it.
+        got = next((r for r in fitted if r.id == first.id), None)
+        if got is not None:
+            self.kept += (
+                overlaps(got.highlight, first.content, q.gold_text)
+                if got.cut
+                else q.gold_text in got.content
+            )
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "chars@10": round(float(np.mean(self.whole)), 1) if self.whole else 0.0,
+            f"chars@10_budget{self.budget}": round(float(np.mean(self.fitted)), 1)
+            if self.fitted
+            else 0.0,
+        }
+        if self.eligible:
+            out["highlight_questions"] = self.eligible
+            out["highlight_hit"] = round(self.hits / self.eligible, 4)
+            out[f"highlight_hit_budget{self.budget}"] = round(self.kept / self.eligible, 4)
+        return out
+
+
 async def run_eval(
     rt: Any,
     queries: list[EvalQuery],
@@ -193,11 +263,15 @@ async def run_eval(
     strategy: str = "auto",
     limit: int = 100,
     expand: bool = True,
+    budget: int = EVAL_BUDGET_CHARS,
 ) -> dict[str, Any]:
     """Run every query through the orchestrator (a query that names its namespace is asked in
-    `namespace:its own`); return metrics, latency (whole and per stage), and the metrics per
-    strategy used and per question category."""
+    `namespace:its own`); return metrics, latency (whole and per stage), the metrics per
+    strategy used and per question category, and what the first 10 results hold: characters
+    whole and within `budget` (retrieval.passages.budget), and for a set that names the
+    paragraph that answers, how often a relevant result's highlight holds it."""
     run: dict[str, dict[str, float]] = {}
+    parts = _Parts(budget)
     used: dict[str, str] = {}
     latencies = []
     stages: dict[str, list[float]] = defaultdict(list)
@@ -229,6 +303,7 @@ async def run_eval(
         n = len(resp.results)
         run[q.id] = {r.id: float(n - i) for i, r in enumerate(resp.results)}
         used[q.id] = resp.metadata.strategy_used.value
+        parts.add(q, qrels.get(q.id, {}), resp.results)
         tr = resp.metadata.query_intent.time_range
         start, end = (tr.outer_start, tr.outer_end) if tr is not None else (None, None)
         if start is not None and end is not None:
@@ -247,6 +322,7 @@ async def run_eval(
     # code's alone; a run with many is worth repeating.
     out["degraded_queries"] = degraded
     out["stages"] = {k: percentiles(v) for k, v in sorted(stages.items())}
+    out.update(parts.summary())
     if strategy == "auto":
         out["by_strategy"] = _split(qrels, run, used)
     categories = {q.id: q.category for q in queries if q.category}

@@ -75,6 +75,8 @@ COLUMNS = (
     ("recall@10", "R@10"),
     ("p50_ms", "p50 ms"),
     ("p95_ms", "p95 ms"),
+    ("highlight_hit", "highlight hit"),
+    ("chars@10", "chars@10"),
 )
 
 

@@ -46,6 +46,7 @@ async def retrieve(body: RetrieveRequest, rt: RuntimeDep, scope: ScopeDep) -> Re
         per_bucket=o.per_bucket if o.diversify_by else 0,
         add_sources=tuple(Source(x) for x in o.add_sources),
         context_window=o.context_window,
+        max_chars=o.budget_chars(),
         after_lsn=o.after_lsn,
     )
     rt.orchestrator.validate(body.query, opts)  # refused before it waits for its share

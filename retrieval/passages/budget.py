@@ -1,0 +1,44 @@
+"""A response budget (issue #25): the results fitted into `options.max_chars` characters.
+
+Best first, each result is returned whole (content and its context) when that fits what is
+left; else as its highlight alone (content cut to the part that answers, `cut` set, context
+dropped) when that fits; else it is left out and the next, smaller one may still fit. Nothing
+goes past the budget, and the report says what was cut and what was left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from retrieval.models import BudgetReport, RetrievalResult
+
+# The largest budget a request can name (a whole answer of 100 results of 100,000 characters).
+MAX_BUDGET_CHARS = 10_000_000
+
+
+def whole_chars(r: RetrievalResult) -> int:
+    """Characters a result costs whole: its content and its context's."""
+    return len(r.content) + sum(len(c.content) for c in r.context)
+
+
+def fit(
+    results: list[RetrievalResult], max_chars: int
+) -> tuple[list[RetrievalResult], BudgetReport]:
+    """The results that fit max_chars (best first), and what was done to fit them."""
+    used = 0
+    kept: list[RetrievalResult] = []
+    report = BudgetReport(max_chars=max_chars, used_chars=0, whole=0)
+    for r in results:
+        size = whole_chars(r)
+        if used + size <= max_chars:
+            kept.append(r)
+            used += size
+            report.whole += 1
+        elif r.highlight is not None and used + len(r.highlight.text) <= max_chars:
+            kept.append(replace(r, content=r.highlight.text, context=[], cut=True))
+            used += len(r.highlight.text)
+            report.cut.append(r.id)
+        else:
+            report.omitted.append(r.id)
+    report.used_chars = used
+    return kept, report

@@ -1,0 +1,225 @@
+"""Long memories (issue #25): passages on sentence boundaries, each with its own vector; a
+memory scored by its best passage; the highlight; the response budget."""
+
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from retrieval.ingest import embedding_load, mean_direction, parse_items
+from retrieval.models import Highlight, RetrievalOptions, RetrievalResult
+from retrieval.passages.budget import fit
+from retrieval.passages.highlight import focus
+from retrieval.passages.split import (
+    OVERLAP_MAX_CHARS,
+    PASSAGE_MAX_CHARS,
+    SPLIT_ABOVE,
+    Span,
+    pack,
+    sentences,
+    split_passages,
+)
+from tests.helpers import ingest_items
+
+TOPICS = [
+    "東大寺の大仏は奈良時代に聖武天皇の発願で造立された盧舎那仏で、高さは約15メートルある。",
+    "アポロ11号は1969年に月面着陸に成功し、アームストロング船長が最初に月面を歩いた。",
+    "味噌汁は出汁に味噌を溶かした汁物で、豆腐やわかめなどの具を入れて作る家庭料理である。",
+    "富士山は静岡県と山梨県にまたがる活火山で、標高は3776メートルと日本で最も高い。",
+    "将棋は二人で行う盤上遊戯で、取った駒を自分の駒として再び使えるのが特徴である。",
+    "光合成は植物が光のエネルギーを使って二酸化炭素と水から糖を作り酸素を出す反応である。",
+]
+
+
+def _paragraph(sentence: str, n: int = 8) -> str:
+    return "".join(sentence for _ in range(n))
+
+
+LONG = "\n\n".join(_paragraph(t) for t in TOPICS)
+
+
+def test_a_short_memory_has_no_passages_and_a_long_one_is_covered_in_order():
+    assert split_passages("あ" * SPLIT_ABOVE) == []
+    spans = split_passages(LONG)
+    assert len(LONG) > SPLIT_ABOVE and len(spans) >= len(TOPICS)
+    assert spans[0].start == 0 and spans[-1].end == len(LONG)
+    for a, b in zip(spans, spans[1:], strict=False):
+        assert a.start < b.start and b.start <= a.end + 2  # in order, no gap but the break
+    for sp in spans:
+        assert sp.size <= PASSAGE_MAX_CHARS
+        text = LONG[sp.start : sp.end]
+        assert text == text.strip() and text.endswith("。")  # whole sentences
+        assert "\n\n" not in text  # these paragraphs are each a passage's worth
+
+
+def test_sentences_end_at_japanese_and_english_ends_and_at_line_breaks():
+    text = "今日は晴れ。明日は雨！本当？「そうだ。」\nNext line. Version 3.14 is out! Done"
+    got = [text[s.start : s.end] for s in sentences(text)]
+    assert got == [
+        "今日は晴れ。",
+        "明日は雨！",
+        "本当？",
+        "「そうだ。」",
+        "Next line.",
+        "Version 3.14 is out!",
+        "Done",
+    ]
+
+
+def test_a_sentence_longer_than_a_passage_is_cut_at_a_comma_and_a_short_last_sentence_overlaps():
+    long_sentence = "、".join(["長い文の一部"] * 200) + "。"
+    spans = pack(long_sentence)
+    assert all(s.size <= PASSAGE_MAX_CHARS for s in spans)
+    assert all(long_sentence[s.end - 1] in "、。" for s in spans)
+    # A passage that ends on a short sentence inside a paragraph repeats it in the next one.
+    text = "".join(f"これは{i}番目の文で、少し長めに書いてある内容です。" for i in range(60))
+    spans = pack(text)
+    assert any(b.start < a.end for a, b in zip(spans, spans[1:], strict=False))
+    assert all(a.end - b.start <= OVERLAP_MAX_CHARS for a, b in zip(spans, spans[1:], strict=False))
+
+
+def _covers(query: str):
+    def covers(text: str) -> float:
+        grams = {query[i : i + 2] for i in range(len(query) - 1)}
+        return sum(g in text for g in grams) / len(grams)
+
+    return covers
+
+
+def test_the_highlight_is_the_passage_that_covers_the_query_helped_by_the_vector_leg():
+    assert focus("短い。", (), _covers("短い")) == Span(0, 3, True)
+    fuji = LONG.index("富士山")
+    got = focus(LONG, (), _covers("富士山の標高は何メートル"))
+    assert got.start <= fuji < got.end
+    # Nothing in common with the text: the passage the vector leg found best wins.
+    shogi = next(s for s in pack(LONG) if "将棋" in LONG[s.start : s.end])
+    got = focus(LONG, ((shogi.start, shogi.end, 0.9),), _covers("ボードゲームの規則"))
+    assert got == Span(shogi.start, shogi.end)
+
+
+def _result(rid: str, content: str, hl: tuple[int, int] | None) -> RetrievalResult:
+    return RetrievalResult(
+        id=rid,
+        content=content,
+        title=None,
+        memory_type="semantic",
+        source_type="note",
+        metadata={},
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+        score=1.0,
+        signals={},
+        sources=[],
+        relevance="high",  # type: ignore[arg-type]
+        reason="",
+        highlight=None if hl is None else Highlight(*hl, content[hl[0] : hl[1]]),
+    )
+
+
+def test_the_budget_keeps_whole_results_then_highlights_and_never_goes_past_it():
+    results = [
+        _result("a", "x" * 300, (0, 300)),
+        _result("b", "y" * 5000, (1000, 1400)),
+        _result("c", "z" * 900, (0, 900)),
+        _result("d", "w" * 100, (0, 100)),
+    ]
+    kept, report = fit(results, 1000)
+    assert [r.id for r in kept] == ["a", "b", "d"]
+    assert kept[1].cut and kept[1].content == "y" * 400 and not kept[0].cut
+    assert report.whole == 2 and report.cut == ["b"] and report.omitted == ["c"]
+    assert report.used_chars == 800 == sum(len(r.content) for r in kept) <= 1000
+    kept, report = fit(results, 10)
+    assert kept == [] and report.omitted == ["a", "b", "c", "d"] and report.used_chars == 0
+
+
+def test_a_long_write_embeds_its_passages_and_a_short_one_itself():
+    items = parse_items([{"content": LONG, "title": "百科"}, {"content": "短いメモ"}])
+    texts = embedding_load(items, [0, 1])
+    assert texts[0] == "短いメモ"
+    assert len(texts) == 1 + len(split_passages(LONG))
+    assert all(t.startswith("百科\n") for t in texts[1:])
+    v = mean_direction([np.array([1.0, 0.0]), np.array([0.0, 1.0])])
+    assert np.allclose(v, [2**-0.5, 2**-0.5])
+
+
+async def _passages(rt, ns) -> list[tuple[int, int]]:
+    async with rt.pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT p.start_char, p.end_char FROM memory_passages p JOIN memories m"
+            " ON m.id = p.memory_id WHERE m.namespace = $1 ORDER BY p.ord",
+            ns,
+        )
+    return [(r["start_char"], r["end_char"]) for r in rows]
+
+
+async def test_a_long_memory_is_found_by_its_middle_and_returns_that_part(rt, ns):
+    await ingest_items(
+        rt,
+        ns,
+        [
+            {"id": "long", "content": LONG, "title": "雑学"},
+            {"id": "short", "content": "週末は友人と映画を見に行った。"},
+        ],
+    )
+    assert await _passages(rt, ns) == [s.bounds for s in split_passages(LONG)]
+    resp = await rt.orchestrator.retrieve(
+        "植物が光から糖を作る仕組みは？", RetrievalOptions(namespace=ns, log_run=False)
+    )
+    top = resp.results[0]
+    assert top.id == "long" and top.highlight is not None
+    assert "光合成" in top.highlight.text and top.highlight.text in LONG
+    assert LONG[top.highlight.start : top.highlight.end] == top.highlight.text
+    assert resp.metadata.budget is None and top.content == LONG
+    # Within a budget the long memory comes as its highlight.
+    resp = await rt.orchestrator.retrieve(
+        "植物が光から糖を作る仕組みは？",
+        RetrievalOptions(namespace=ns, log_run=False, max_chars=800),
+    )
+    assert resp.results[0].cut and "光合成" in resp.results[0].content
+    budget = resp.metadata.budget
+    assert budget is not None and budget.used_chars <= 800 and budget.cut == ["long"]
+    # Rewritten short, its passages go; the same text again keeps them.
+    await ingest_items(rt, ns, [{"id": "long", "content": "もう短い。"}])
+    assert await _passages(rt, ns) == []
+
+
+async def test_the_same_long_text_again_keeps_its_passages(rt, ns):
+    item = {"id": "doc", "content": LONG}
+    await ingest_items(rt, ns, [item])
+    before = await _passages(rt, ns)
+    report = await ingest_items(rt, ns, [item])
+    assert report.reembedded == 0 and await _passages(rt, ns) == before != []
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"max_chars": 0}, "options.max_chars"),
+        ({"max_tokens": 100}, "options.chars_per_token"),
+        ({"max_tokens": 0, "chars_per_token": 1.5}, "options.max_tokens"),
+    ],
+)
+async def test_a_bad_budget_is_a_422_naming_the_field(client, ns, options, field):
+    r = await client.post(
+        "/v1/retrieve", json={"query": "何か", "namespace": ns, "options": options}
+    )
+    assert r.status_code == 422
+    assert field in r.text
+
+
+async def test_a_budget_in_tokens_is_counted_as_the_caller_says(client, rt, ns):
+    await ingest_items(
+        rt, ns, [{"id": f"m{i}", "content": f"メモ{i}：" + "あ" * 200} for i in range(5)]
+    )
+    r = await client.post(
+        "/v1/retrieve",
+        json={
+            "query": "メモ",
+            "namespace": ns,
+            "options": {"max_tokens": 300, "chars_per_token": 1.5, "context_window": 0},
+        },
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["metadata"]["budget"]["max_chars"] == 450
+    assert sum(len(x["content"]) for x in body["results"]) <= 450
+    assert len(body["results"]) == 2 and body["results"][0]["highlight"]["start"] == 0
