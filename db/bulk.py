@@ -14,7 +14,7 @@ from enum import StrEnum
 
 import asyncpg
 
-from db.store import COLUMNS, LOCK_NAMESPACE, MemoryRow, upsert_sql
+from db.store import COLUMNS, LOCK_NAMESPACE, MemoryRow, as_vector, upsert_sql
 
 logger = logging.getLogger(__name__)
 
@@ -25,12 +25,22 @@ DEFERRED_INDEXES = (
     "idx_memories_content_trgm",
     "idx_postings_term_impact",
     "idx_memory_vectors_hnsw",
+    "idx_memory_passages_hnsw",
 )
 
 # A staged import not published within this many days is dropped by the next import.
 STALE_DAYS = 7
 
-_STAGE_COLUMNS = ("import_id", "seq", *COLUMNS, "entities", "entity_weights", "links")
+_STAGE_COLUMNS = (
+    "import_id",
+    "seq",
+    *COLUMNS,
+    "entities",
+    "entity_weights",
+    "links",
+    "passages_given",
+)
+_PASSAGE_COLUMNS = ("import_id", "seq", "ord", "start_char", "end_char", "embedding")
 
 # Registers an import (idempotent) and drops the staging of imports abandoned long ago.
 _BEGIN = """
@@ -81,6 +91,18 @@ SELECT $1, r.external_id, l ->> 0, l ->> 1
 FROM import_rows r CROSS JOIN LATERAL jsonb_array_elements(r.links) AS l
 WHERE r.import_id = $2
 ON CONFLICT DO NOTHING"""
+# The passages of the rows that give theirs replace the stored ones.
+_DELETE_PASSAGES = """
+DELETE FROM memory_passages p USING import_rows r, memories m
+WHERE r.import_id = $2 AND r.passages_given AND m.namespace = $1
+  AND m.external_id = r.external_id AND p.memory_id = m.id"""
+_INSERT_PASSAGES = """
+INSERT INTO memory_passages (memory_id, ord, namespace, start_char, end_char, embedding)
+SELECT m.id, ip.ord, $1, ip.start_char, ip.end_char, ip.embedding
+FROM import_passages ip
+JOIN import_rows r ON r.import_id = ip.import_id AND r.seq = ip.seq
+JOIN memories m ON m.namespace = $1 AND m.external_id = r.external_id
+WHERE ip.import_id = $2"""
 _FORGET = "DELETE FROM imports WHERE import_id = $1"
 
 
@@ -109,7 +131,8 @@ async def begin(conn: asyncpg.Connection, import_id: str, namespace: str) -> int
 async def stage(
     conn: asyncpg.Connection, import_id: str, rows: Sequence[tuple[int, MemoryRow]]
 ) -> None:
-    """COPY one chunk of (line, row) into the staging table (its own commit)."""
+    """COPY one chunk of (line, row) and the rows' passages into the staging tables (one
+    commit)."""
     records = [
         (
             import_id,
@@ -118,10 +141,21 @@ async def stage(
             [e for e, _ in r.entities],
             [w for _, w in r.entities],
             [list(x) for x in r.links],
+            r.passages is not None,
         )
         for seq, r in rows
     ]
-    await conn.copy_records_to_table("import_rows", records=records, columns=_STAGE_COLUMNS)
+    passages = [
+        (import_id, seq, n, start, end, as_vector(v))
+        for seq, r in rows
+        for n, (start, end, v) in enumerate(r.passages or ())
+    ]
+    async with conn.transaction():
+        await conn.copy_records_to_table("import_rows", records=records, columns=_STAGE_COLUMNS)
+        if passages:
+            await conn.copy_records_to_table(
+                "import_passages", records=passages, columns=_PASSAGE_COLUMNS
+            )
 
 
 # Session-level lock of one import (released by unlock, or when the connection ends).
@@ -177,9 +211,16 @@ async def publish(
             row = await conn.fetchrow(sql, namespace, import_id, timeout=timeout_s)
             inserted, written = inserted + row[0], written + row[1]
         logger.info("publish: %d rows upserted in %.1f s", written, time.perf_counter() - t0)
-        for sql in (_DELETE_ENTITIES, _INSERT_ENTITIES, _DELETE_LINKS, _INSERT_LINKS):
+        for sql in (
+            _DELETE_ENTITIES,
+            _INSERT_ENTITIES,
+            _DELETE_LINKS,
+            _INSERT_LINKS,
+            _DELETE_PASSAGES,
+            _INSERT_PASSAGES,
+        ):
             await conn.execute(sql, namespace, import_id, timeout=timeout_s)
-        logger.info("publish: entities and links by %.1f s", time.perf_counter() - t0)
+        logger.info("publish: entities, links, passages by %.1f s", time.perf_counter() - t0)
         if defs:
             total = int(await conn.fetchval(_TABLE_ROWS)) + staged
             await conn.execute(f"SET LOCAL maintenance_work_mem = '{maintenance_mem(total)}'")
@@ -194,5 +235,8 @@ async def publish(
     if defs or staged > 10_000:
         # Statistics for the planner, and the visibility map the postings' index-only scans
         # need (autovacuum would get there, minutes later).
-        await conn.execute("VACUUM (ANALYZE) memories, postings, memory_vectors", timeout=timeout_s)
+        await conn.execute(
+            "VACUUM (ANALYZE) memories, postings, memory_vectors, memory_passages",
+            timeout=timeout_s,
+        )
     return Published(inserted, written - inserted, tuple(d["indexname"] for d in defs))

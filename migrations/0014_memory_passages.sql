@@ -17,3 +17,17 @@ CREATE TABLE memory_passages (
 -- The namespace's passages, for its exact search (few) and its count.
 CREATE INDEX idx_memory_passages_namespace ON memory_passages (namespace);
 CREATE INDEX idx_memory_passages_hnsw ON memory_passages USING hnsw (embedding vector_ip_ops);
+
+-- A bulk import stages the passages of the memories it embeds (db/bulk.py) and publishes them
+-- with its rows; `passages_given` marks a staged row whose passages replace the stored ones (its
+-- text changed), false: keep them.
+CREATE UNLOGGED TABLE import_passages (
+    import_id  text    NOT NULL REFERENCES imports (import_id) ON DELETE CASCADE,
+    seq        integer NOT NULL,
+    ord        integer NOT NULL,
+    start_char integer NOT NULL,
+    end_char   integer NOT NULL,
+    embedding  vector  NOT NULL,
+    PRIMARY KEY (import_id, seq, ord)
+);
+ALTER TABLE import_rows ADD COLUMN passages_given boolean NOT NULL DEFAULT false;

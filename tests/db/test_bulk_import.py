@@ -315,3 +315,25 @@ def test_cli_reports_a_database_failure_without_a_traceback(rt, tmp_path, monkey
     err = capsys.readouterr().err
     assert "the database failed during the import" in err and "rerun the same command" in err
     assert "Traceback" not in err
+
+
+async def test_an_import_publishes_long_memories_with_their_passages(rt, ns, tmp_path):
+    from retrieval.passages.split import split_passages
+    from tests.test_passages import LONG
+
+    f = tmp_path / "long.jsonl"
+    _write(f, [{"id": "doc", "content": LONG}, {"id": "note", "content": "短いメモ"}])
+    await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.ALWAYS)
+    sql = """SELECT count(*) FROM memory_passages p JOIN memories m ON m.id = p.memory_id
+             WHERE m.namespace = $1 AND m.external_id = $2"""
+    assert await _count(rt, sql, ns, "doc") == len(split_passages(LONG))
+    assert await _count(rt, sql, ns, "note") == 0
+    assert await _count(rt, "SELECT count(*) FROM import_passages") == 0
+    # The same file again keeps them (nothing embedded); a shorter text drops them.
+    again = await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER)
+    assert again.embedded == 0 and await _count(rt, sql, ns, "doc") == len(split_passages(LONG))
+    _write(f, [{"id": "doc", "content": "もう短い。"}])
+    await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER)
+    assert await _count(rt, sql, ns, "doc") == 0
+    resp = await rt.orchestrator.retrieve("もう短い", RetrievalOptions(namespace=ns, limit=3))
+    assert resp.results[0].id == "doc"
