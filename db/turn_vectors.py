@@ -10,7 +10,6 @@ from typing import Any
 import asyncpg
 
 from db import meta
-from db.meta import DELETE_VALUE
 from db.store import as_vector
 
 # store_meta key: how far a run got ("namespace<TAB>last memory id").
@@ -37,11 +36,6 @@ ORDER BY m.id LIMIT $3"""
 SET_VECTOR = "UPDATE memories SET embedding = $2 WHERE id = $1 AND content = $3"
 
 
-async def progress(conn: asyncpg.Connection) -> tuple[str, int]:
-    """Where a run stopped: (namespace, last memory id done); ("", 0) = from the start."""
-    return await meta.progress(conn, PROGRESS_KEY)
-
-
 async def next_turns(
     conn: asyncpg.Connection, namespace: str, after: int, limit: int
 ) -> list[asyncpg.Record]:
@@ -56,9 +50,3 @@ async def replace_vectors(
     async with pool.acquire() as conn, conn.transaction():
         await conn.executemany(SET_VECTOR, [(i, as_vector(v), c) for i, v, c in rows])
         await meta.record_progress(conn, PROGRESS_KEY, namespace, last)
-
-
-async def finish(pool: asyncpg.Pool) -> None:
-    """Forget the progress: the store's turns are embedded in context."""
-    async with pool.acquire() as conn:
-        await conn.execute(DELETE_VALUE, PROGRESS_KEY)

@@ -1,5 +1,5 @@
-"""`retrieval` command line: serve, migrate, retokenize, reembed-turns, ingest, query, analyze, eval, eval-suite,
-bench."""
+"""`retrieval` command line: serve, migrate, retokenize, reembed-turns, embed-passages, ingest,
+query, analyze, eval, eval-suite, bench."""
 
 from __future__ import annotations
 
@@ -86,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_migrate(sub)
     _add_retokenize(sub)
     _add_reembed_turns(sub)
+    _add_embed_passages(sub)
     _add_ingest(sub)
     _add_query(sub)
     _add_analyze(sub)
@@ -217,6 +218,23 @@ def _add_reembed_turns(sub: Any) -> None:
     r.add_argument("--namespace", type=_namespace, help="only this namespace (default: all)")
 
 
+def _add_embed_passages(sub: Any) -> None:
+    """The `embed-passages` command's arguments."""
+    from retrieval.passages.backfill import BATCH
+
+    r = sub.add_parser(
+        "embed-passages",
+        help="give the stored long memories their passages (stores from before migration 0014)",
+        description="Cut every stored memory longer than 2,000 characters that has no passages "
+        "into passages and embed each, as writes do since migration 0014 (the memory's vector "
+        "becomes their mean); a batch at a time, an interrupted run resumes where it stopped. "
+        "The service keeps answering meanwhile. Costs one embedding of the whole text (about "
+        "700-900 characters a second on 2 cores).",
+    )
+    r.add_argument("--batch", type=_positive, default=BATCH, help="memories per transaction")
+    r.add_argument("--namespace", type=_namespace, help="only this namespace (default: all)")
+
+
 def _add_eval_suite(sub: Any) -> None:
     """The `eval-suite` command's arguments."""
     from retrieval.evaluation.suite import SET_NAMES
@@ -262,7 +280,8 @@ def _err(msg: str) -> int:
     return 2
 
 
-# A database failure in a pass that commits batch by batch (retokenize, reembed-turns).
+# A database failure in a pass that commits batch by batch (retokenize, reembed-turns,
+# embed-passages).
 _DB_FAILURES = (asyncpg.PostgresError, asyncpg.InterfaceError, ConnectionError, TimeoutError)
 
 
@@ -424,6 +443,27 @@ async def _cmd_reembed_turns(settings: Settings, args: argparse.Namespace) -> in
     return 0
 
 
+async def _cmd_embed_passages(settings: Settings, args: argparse.Namespace) -> int:
+    from retrieval.passages.backfill import embed_passages
+    from retrieval.runtime import open_runtime
+
+    rt = await open_runtime(settings)
+    try:
+        n = await embed_passages(
+            rt.pool,
+            rt.embedder,
+            namespace=args.namespace,
+            batch=args.batch,
+            log=lambda m: print(m, file=sys.stderr),
+        )
+    except _DB_FAILURES as exc:
+        return _stopped("embed-passages", exc)
+    finally:
+        await rt.close()
+    print(f"{n} long memories given passages")
+    return 0
+
+
 def _cmd_analyze(settings: Settings, args: argparse.Namespace) -> int:
     from retrieval.analyzer import CueDictionary, QueryAnalyzer
     from retrieval.nlp import JapaneseNLP
@@ -549,6 +589,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_cmd_retokenize(settings, args))
         if args.command == "reembed-turns":
             return asyncio.run(_cmd_reembed_turns(settings, args))
+        if args.command == "embed-passages":
+            return asyncio.run(_cmd_embed_passages(settings, args))
         if args.command == "ingest":
             return asyncio.run(_cmd_ingest(settings, args))
         if args.command == "query":

@@ -10,7 +10,6 @@ from collections.abc import Callable
 import asyncpg
 import numpy as np
 
-from db import terms as db_terms
 from db import turn_vectors as db_turns
 from retrieval.embeddings import Embedder
 from retrieval.ingest import (
@@ -21,6 +20,7 @@ from retrieval.ingest import (
     embedding_text,
     passage_text,
 )
+from retrieval.passes import batches, finish
 from retrieval.turn_context import context_text, predecessors
 
 logger = logging.getLogger(__name__)
@@ -52,43 +52,29 @@ async def reembed_turns(
     """Embed every stored turn that follows another again (alone and after that turn, their
     mean), namespace by namespace in id order — only `namespace` when given — from where an
     earlier run stopped; returns how many turns got a new vector."""
-    async with pool.acquire() as conn:
-        start_ns, last = await db_turns.progress(conn)
-        if namespace is not None:
-            namespaces = [namespace]
-            if start_ns != namespace:
-                start_ns, last = namespace, 0
-        else:
-            namespaces = [
-                r["namespace"] for r in await conn.fetch(db_terms.NAMESPACES_FROM, start_ns)
-            ]
     done = 0
-    for ns in namespaces:
-        after = last if ns == start_ns else 0
-        while True:
-            async with pool.acquire() as conn:
-                rows = await db_turns.next_turns(conn, ns, after, batch)
-                if not rows:
-                    break
-                items = [_item(r) for r in rows]
-                ids = [str(it.id) for it in items]
-                before = await predecessors(conn, ns, items, ids, range(len(items)))
-            follows = sorted(before)
-            texts = [embedding_text(items[i]) for i in follows] + [
-                context_text(before[i], passage_text(items[i]), EMBED_MAX_CHARS) for i in follows
-            ]
-            got = await embed_texts(embedder, texts, 32)
-            n = len(follows)
-            vectors = [
-                (rows[i]["id"], ((got[k] + got[n + k]) / 2).astype(np.float32), rows[i]["content"])
-                for k, i in enumerate(follows)
-            ]
-            after = rows[-1]["id"]
-            await db_turns.replace_vectors(pool, ns, vectors, after)
-            done += n
-            if log is not None:
-                log(f"{ns}: {done} turns embedded in context")
-    await db_turns.finish(pool)
+    async for ns, rows in batches(
+        pool, db_turns.PROGRESS_KEY, db_turns.next_turns, batch=batch, namespace=namespace
+    ):
+        items = [_item(r) for r in rows]
+        ids = [str(it.id) for it in items]
+        async with pool.acquire() as conn:
+            before = await predecessors(conn, ns, items, ids, range(len(items)))
+        follows = sorted(before)
+        texts = [embedding_text(items[i]) for i in follows] + [
+            context_text(before[i], passage_text(items[i]), EMBED_MAX_CHARS) for i in follows
+        ]
+        got = await embed_texts(embedder, texts, 32)
+        n = len(follows)
+        vectors = [
+            (rows[i]["id"], ((got[k] + got[n + k]) / 2).astype(np.float32), rows[i]["content"])
+            for k, i in enumerate(follows)
+        ]
+        await db_turns.replace_vectors(pool, ns, vectors, rows[-1]["id"])
+        done += n
+        if log is not None:
+            log(f"{ns}: {done} turns embedded in context")
+    await finish(pool, db_turns.PROGRESS_KEY)
     return done
 
 

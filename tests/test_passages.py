@@ -223,3 +223,53 @@ async def test_a_budget_in_tokens_is_counted_as_the_caller_says(client, rt, ns):
     assert body["metadata"]["budget"]["max_chars"] == 450
     assert sum(len(x["content"]) for x in body["results"]) <= 450
     assert len(body["results"]) == 2 and body["results"][0]["highlight"]["start"] == 0
+
+
+async def test_embed_passages_gives_stored_long_memories_theirs_and_resumes(rt, ns):
+    from pgvector import Vector
+
+    from db import meta
+    from db import passages as db_passages
+    from retrieval.passages.backfill import embed_passages
+
+    docs = [{"id": f"d{i}", "content": LONG.replace("。", f"。{i}", 3)} for i in range(2)]
+    await ingest_items(rt, ns, [*docs, {"id": "note", "content": "短いメモ"}])
+    written = await _passages(rt, ns)
+    async with rt.pool.acquire() as conn:  # as a store from before migration 0014
+        await conn.execute(
+            "DELETE FROM memory_passages p USING memories m WHERE m.id = p.memory_id"
+            " AND m.namespace = $1",
+            ns,
+        )
+        await conn.execute(
+            "UPDATE memories SET embedding = $2 WHERE namespace = $1 AND external_id = 'd1'",
+            ns,
+            Vector(rt.embedder.embed_passages([LONG[:2000]])[0]),
+        )
+
+    def stop(msg: str) -> None:
+        raise KeyboardInterrupt  # the operator's Ctrl-C after the first batch
+
+    with pytest.raises(KeyboardInterrupt):
+        await embed_passages(rt.pool, rt.embedder, namespace=ns, batch=1, log=stop)
+    async with rt.pool.acquire() as conn:
+        where, last = await meta.progress(conn, db_passages.PROGRESS_KEY)
+    assert where == ns and last > 0
+    assert await embed_passages(rt.pool, rt.embedder, namespace=ns, batch=1) == 1
+    assert sorted(await _passages(rt, ns)) == sorted(written)
+    async with rt.pool.acquire() as conn:
+        assert await meta.progress(conn, db_passages.PROGRESS_KEY) == ("", 0)
+        got = await conn.fetch(
+            "SELECT m.embedding AS own, v.embedding AS copy FROM memories m"
+            " JOIN memory_vectors v ON v.memory_id = m.id"
+            " WHERE m.namespace = $1 AND m.external_id = 'd1'",
+            ns,
+        )
+        ps = await conn.fetch(
+            "SELECT p.embedding FROM memory_passages p JOIN memories m ON m.id = p.memory_id"
+            " WHERE m.namespace = $1 AND m.external_id = 'd1' ORDER BY p.ord",
+            ns,
+        )
+    want = mean_direction([np.asarray(p["embedding"].to_numpy()) for p in ps])
+    assert np.allclose(got[0]["own"].to_numpy(), want, atol=1e-5)
+    assert np.allclose(got[0]["copy"].to_numpy(), want, atol=1e-5)

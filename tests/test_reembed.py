@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from pgvector import Vector
 
-from db import turn_vectors
+from db import meta, turn_vectors
 from retrieval.reembed import reembed_turns
 from tests.helpers import ingest_items as _ingest
 
@@ -68,7 +68,7 @@ async def test_stored_turns_are_embedded_in_context_and_a_stopped_run_resumes(rt
     with pytest.raises(KeyboardInterrupt):
         await reembed_turns(rt.pool, rt.embedder, namespace=ns, batch=1, log=stop_after_first)
     async with rt.pool.acquire() as conn:
-        where, last = await turn_vectors.progress(conn)
+        where, last = await meta.progress(conn, turn_vectors.PROGRESS_KEY)
     assert where == ns and last > 0
 
     n = await reembed_turns(rt.pool, rt.embedder, namespace=ns, batch=1)
@@ -83,7 +83,7 @@ async def test_stored_turns_are_embedded_in_context_and_a_stopped_run_resumes(rt
     first = int(seen[0].split(": ")[1].split()[0])
     assert first + n == 2
     async with rt.pool.acquire() as conn:
-        assert await turn_vectors.progress(conn) == ("", 0)
+        assert await meta.progress(conn, turn_vectors.PROGRESS_KEY) == ("", 0)
 
 
 def test_the_command_says_a_database_failure_keeps_what_was_done_and_resumes(
