@@ -88,8 +88,11 @@ def render_results(answer: RetrieveResponse) -> str:
     if not answer.results:
         lines.append("No memory matches.")
     for i, r in enumerate(answer.results, 1):
-        content = r.content
-        if len(content) > MAX_CONTENT_CHARS:
+        content, h = r.content, r.highlight
+        if len(content) > MAX_CONTENT_CHARS and h is not None and len(h.text) <= MAX_CONTENT_CHARS:
+            # A long memory: the part that answers (its highlight), not its beginning.
+            content = f"…{h.text}… [characters {h.start}-{h.end} of the memory]"
+        elif len(content) > MAX_CONTENT_CHARS:
             content = content[:MAX_CONTENT_CHARS] + f"… [{len(r.content)} characters in all]"
         lines.append(f"{i}. [{r.id} | {_when(r.created_at)} | score {r.score:.3f}] {content}")
         lines.append(f"   why: {r.reason}")
@@ -121,8 +124,17 @@ def build(api: Callable[[Context], AsyncRetrievalClient]) -> MCPServer:
         context_window: Annotated[
             int, Field(description="Memories before and after each result to include (0-5).")
         ] = 1,
+        max_chars: Annotated[
+            int | None,
+            Field(
+                description="At most this many characters of memory text in all: a long "
+                "memory that does not fit whole comes as the part that answers."
+            ),
+        ] = None,
     ) -> str:
         options: dict[str, Any] = {"context_window": context_window}
+        if max_chars is not None:
+            options["max_chars"] = max_chars
         if start or end:
             options["time_range"] = {"start": start, "end": end}
         try:

@@ -106,11 +106,16 @@ PASSAGE_COUNT_SQL = """
 SELECT count(*) FROM (SELECT 1 FROM memory_passages p WHERE p.namespace = $1 LIMIT $2) AS x"""
 
 
+# Passages read per memory wanted: a long memory's best few are often near each other, so the
+# nearest k passages alone would name fewer than k memories.
+PASSAGES_PER_HIT = 2
+
+
 def _passage_sql(order: str) -> str:
     return f"""
 WITH p AS (
   SELECT p.memory_id, p.start_char, p.end_char, -(p.embedding <#> $6) AS score
-  FROM memory_passages p WHERE p.namespace = $1 ORDER BY {order} LIMIT $7),
+  FROM memory_passages p WHERE p.namespace = $1 ORDER BY {order} LIMIT $7 * {PASSAGES_PER_HIT}),
 best AS (
   SELECT p.memory_id, max(p.score) AS score,
          array_agg(p.start_char ORDER BY p.score DESC) AS starts,
@@ -123,9 +128,9 @@ WHERE {_WHERE}
 ORDER BY b.score DESC"""
 
 
-# Returns the live memories whose passages are among the $7 nearest of namespace $1 (HNSW),
+# Returns the live memories whose passages are among the 2 x $7 nearest of namespace $1 (HNSW),
 # each scored by its best, with the passages found ([start, end) and score, best first). The
-# other filters apply to the memories: a filtered search can find fewer than $7.
+# other filters apply to the memories: a filtered search can find fewer.
 PASSAGE_VECTOR_SQL = _passage_sql("p.embedding <#> $6")
 # The same by exact distances to every passage of the namespace (by its index): a namespace
 # with few passages among many of other namespaces would walk most of the graph for them.

@@ -101,6 +101,7 @@ async def test_a_key_can_do_nothing_in_another_namespace(server):
         ("search_memories", {"query": "出張", "limit": 0}, "options.limit"),
         ("search_memories", {"query": "出張", "start": "yesterday"}, "options.time_range.start"),
         ("search_memories", {"query": "出張", "context_window": 9}, "options.context_window"),
+        ("search_memories", {"query": "出張", "max_chars": 0}, "options.max_chars"),
         ("remember", {"memories": [{"content": "ok"}, {"content": "x", "created_at": "昨日"}]},
          "memories.1.created_at"),
         ("remember", {"memories": []}, "memories"),

@@ -273,3 +273,14 @@ async def test_embed_passages_gives_stored_long_memories_theirs_and_resumes(rt, 
     want = mean_direction([np.asarray(p["embedding"].to_numpy()) for p in ps])
     assert np.allclose(got[0]["own"].to_numpy(), want, atol=1e-5)
     assert np.allclose(got[0]["copy"].to_numpy(), want, atol=1e-5)
+
+
+def test_the_mcp_answer_shows_a_long_memory_by_the_part_that_answers():
+    from retrieval.api.schemas import RetrieveResponse
+    from retrieval.mcp_server import MAX_CONTENT_CHARS, render_results
+
+    at = LONG.index("将棋")
+    r = _result("doc", LONG, (at, at + 100))
+    text = render_results(RetrieveResponse.model_validate({"results": [r], "metadata": None}))
+    assert len(LONG) > MAX_CONTENT_CHARS and LONG[at : at + 100] in text
+    assert f"[characters {at}-{at + 100} of the memory]" in text and LONG[:50] not in text
