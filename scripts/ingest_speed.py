@@ -1,6 +1,7 @@
-"""Write speed over HTTP: memories per second for conversation turns (LoCoMo) and Japanese
-passages (JSQuAD) at several batch sizes, and where the server spent the time, against a
-running `retrieval serve` (a fresh namespace per run; nothing else is touched):
+"""Write speed over HTTP: memories per second for conversation turns (LoCoMo), Japanese
+passages (JSQuAD) and long articles (longdoc; `--join-chars N` joins them into memories of N
+characters) at several batch sizes, and where the server spent the time, against a running
+`retrieval serve` (a fresh namespace per run; nothing else is touched):
 
     retrieval serve --port 8765 &
     python scripts/ingest_speed.py --url http://127.0.0.1:8765 --sets locomo jsquad \\
@@ -8,8 +9,9 @@ running `retrieval serve` (a fresh namespace per run; nothing else is touched):
 
 Turns keep their id, time, thread and links. For each set and batch size it posts
 `--memories` memories (at least one batch) in batches, follows a 202's job to its end, and
-prints memories/s and characters/s from the first post to the last write, with the server's own
-stage seconds (lookup, analyse, embed, write) summed.
+prints memories/s, passages/s (a long memory's passages, retrieval.passages.split; a short
+one is one) and characters/s from the first post to the last write, with the server's own stage
+seconds (lookup, analyse, context, embed, write) summed.
 """
 
 from __future__ import annotations
@@ -26,7 +28,22 @@ import httpx
 SETS = {
     "locomo": ("locomo_dev/memories.jsonl", "content"),
     "jsquad": ("jsquad/corpus.jsonl", "text"),
+    "longdoc": ("longdoc_dev/corpus.jsonl", "content"),
 }
+
+
+def joined(items: list[dict], chars: int, n: int) -> list[dict]:
+    """n memories of `chars` characters each, the items' texts joined by blank lines."""
+    text = "\n\n".join(it["content"] for it in items)
+    if len(text) < chars * n:
+        raise SystemExit(f"the set holds {len(text)} characters, fewer than {chars * n}")
+    return [{"content": text[i * chars : (i + 1) * chars]} for i in range(n)]
+
+
+def passages(items: list[dict]) -> int:
+    from retrieval.passages.split import split_passages
+
+    return sum(max(1, len(split_passages(it["content"]))) for it in items)
 
 
 def read_set(root: Path, name: str, n: int) -> list[dict]:
@@ -71,16 +88,23 @@ def main() -> None:
     ap.add_argument("--sets", nargs="+", choices=sorted(SETS), default=sorted(SETS))
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 100, 1000])
     ap.add_argument("--memories", type=int, default=200, help="memories per run (≥ one batch)")
+    ap.add_argument("--join-chars", type=int, help="memories of this many characters (joined)")
     args = ap.parse_args()
+    stage_names = ("lookup", "analyse", "context", "embed", "write")
     print(
-        "| set | batch | memories | answered | mem/s | chars/s | lookup | analyse | embed | write |"
+        "| set | batch | memories | answered | mem/s | passages/s | chars/s | "
+        + " | ".join(stage_names)
+        + " |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|" + "---|" * len(stage_names))
     with httpx.Client(base_url=args.url, timeout=3600.0) as client:
         for name in args.sets:
             for size in args.batches:
                 n = max(args.memories, size)
-                items = read_set(args.dir, name, n)
+                if args.join_chars:
+                    items = joined(read_set(args.dir, name, 10**6), args.join_chars, n)
+                else:
+                    items = read_set(args.dir, name, n)
                 ns = f"speed-{name}-{size}-{uuid.uuid4().hex[:6]}"
                 stages: dict[str, float] = defaultdict(float)
                 answered: set[int] = set()
@@ -92,12 +116,11 @@ def main() -> None:
                         stages[k] += v
                 took = time.perf_counter() - t
                 chars = sum(len(it["content"]) for it in items)
-                cols = " | ".join(
-                    f"{stages.get(k, 0.0):.1f}" for k in ("lookup", "analyse", "embed", "write")
-                )
+                cols = " | ".join(f"{stages.get(k, 0.0):.1f}" for k in stage_names)
                 print(
                     f"| {name} | {size} | {len(items)} | {'/'.join(map(str, sorted(answered)))} "
-                    f"| {len(items) / took:.1f} | {chars / took:.0f} | {cols} |",
+                    f"| {len(items) / took:.2f} | {passages(items) / took:.1f} "
+                    f"| {chars / took:.0f} | {cols} |",
                     flush=True,
                 )
 
