@@ -422,13 +422,19 @@ async def _cmd_retokenize(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _cmd_reembed_turns(settings: Settings, args: argparse.Namespace) -> int:
+async def _cmd_embedding_pass(settings: Settings, args: argparse.Namespace) -> int:
+    """reembed-turns and embed-passages: a resumable pass that embeds stored memories again."""
+    from retrieval.passages.backfill import embed_passages
     from retrieval.reembed import reembed_turns
     from retrieval.runtime import open_runtime
 
+    run, done = {
+        "reembed-turns": (reembed_turns, "conversation turns embedded in context"),
+        "embed-passages": (embed_passages, "long memories given passages"),
+    }[args.command]
     rt = await open_runtime(settings)
     try:
-        n = await reembed_turns(
+        n = await run(
             rt.pool,
             rt.embedder,
             namespace=args.namespace,
@@ -436,31 +442,10 @@ async def _cmd_reembed_turns(settings: Settings, args: argparse.Namespace) -> in
             log=lambda m: print(m, file=sys.stderr),
         )
     except _DB_FAILURES as exc:
-        return _stopped("reembed-turns", exc)
+        return _stopped(args.command, exc)
     finally:
         await rt.close()
-    print(f"{n} conversation turns embedded in context")
-    return 0
-
-
-async def _cmd_embed_passages(settings: Settings, args: argparse.Namespace) -> int:
-    from retrieval.passages.backfill import embed_passages
-    from retrieval.runtime import open_runtime
-
-    rt = await open_runtime(settings)
-    try:
-        n = await embed_passages(
-            rt.pool,
-            rt.embedder,
-            namespace=args.namespace,
-            batch=args.batch,
-            log=lambda m: print(m, file=sys.stderr),
-        )
-    except _DB_FAILURES as exc:
-        return _stopped("embed-passages", exc)
-    finally:
-        await rt.close()
-    print(f"{n} long memories given passages")
+    print(f"{n} {done}")
     return 0
 
 
@@ -587,10 +572,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_cmd_migrate(settings))
         if args.command == "retokenize":
             return asyncio.run(_cmd_retokenize(settings, args))
-        if args.command == "reembed-turns":
-            return asyncio.run(_cmd_reembed_turns(settings, args))
-        if args.command == "embed-passages":
-            return asyncio.run(_cmd_embed_passages(settings, args))
+        if args.command in ("reembed-turns", "embed-passages"):
+            return asyncio.run(_cmd_embedding_pass(settings, args))
         if args.command == "ingest":
             return asyncio.run(_cmd_ingest(settings, args))
         if args.command == "query":

@@ -27,6 +27,7 @@ def test_help_lists_every_command(capsys):
         "migrate",
         "retokenize",
         "reembed-turns",
+        "embed-passages",
         "mcp",
         "ingest",
         "query",

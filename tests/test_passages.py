@@ -284,3 +284,12 @@ def test_the_mcp_answer_shows_a_long_memory_by_the_part_that_answers():
     text = render_results(RetrieveResponse.model_validate({"results": [r], "metadata": None}))
     assert len(LONG) > MAX_CONTENT_CHARS and LONG[at : at + 100] in text
     assert f"[characters {at}-{at + 100} of the memory]" in text and LONG[:50] not in text
+
+
+def test_the_embed_passages_command_reports_what_it_did(rt, ns, monkeypatch, capsys):
+    from retrieval.cli import main
+
+    monkeypatch.setenv("RETRIEVAL_DATA_DIR", str(rt.settings.data_dir))
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    assert main(["embed-passages", "--namespace", ns]) == 0
+    assert "0 long memories given passages" in capsys.readouterr().out
