@@ -196,6 +196,7 @@ async def test_the_same_long_text_again_keeps_its_passages(rt, ns):
         ({"max_chars": 0}, "options.max_chars"),
         ({"max_tokens": 100}, "options.chars_per_token"),
         ({"max_tokens": 0, "chars_per_token": 1.5}, "options.max_tokens"),
+        ({"max_tokens": 10**9, "chars_per_token": 4}, "options.max_tokens"),
     ],
 )
 async def test_a_bad_budget_is_a_422_naming_the_field(client, ns, options, field):

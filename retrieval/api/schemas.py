@@ -26,6 +26,7 @@ from retrieval.context import MAX_CONTEXT_WINDOW
 from retrieval.errors import InvalidInput
 from retrieval.ingest import MAX_ID_CHARS, MemoryIn
 from retrieval.models import QueryIntent, Relevance, SourceStatus, Strategy
+from retrieval.passages.budget import MAX_BUDGET_CHARS
 from retrieval.validation import (
     MAX_NAMESPACE_CHARS,
     NAMESPACE_PATTERN,
@@ -139,7 +140,18 @@ class RetrieveOptionsIn(BaseModel):
                         }
                     ]
                 )
-            budgets.append(max(1, int(self.max_tokens * self.chars_per_token)))
+            chars = max(1, int(self.max_tokens * self.chars_per_token))
+            if chars > MAX_BUDGET_CHARS:
+                raise InvalidInput(
+                    [
+                        {
+                            "field": "options.max_tokens",
+                            "reason": f"max_tokens x chars_per_token must be at most "
+                            f"{MAX_BUDGET_CHARS} characters",
+                        }
+                    ]
+                )
+            budgets.append(chars)
         return min(budgets) if budgets else None
 
 
