@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
-import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -28,7 +26,7 @@ from retrieval.models import (
     TimeRange,
     WindowMode,
 )
-from retrieval.passages.highlight import focus
+from retrieval.passages.highlight import clean, focus
 from retrieval.passages.split import SPLIT_ABOVE, Span
 from retrieval.strategy import Preset
 
@@ -273,12 +271,8 @@ def rrf(
     return out
 
 
-def _clean_chars(text: str) -> str:
-    return "".join(ch for ch in unicodedata.normalize("NFKC", text).lower() if ch.isalnum())
-
-
 def char_ngrams(text: str, n: int = 2) -> set[str]:
-    t = _clean_chars(text)
+    t = clean(text)
     return {t[i : i + n] for i in range(len(t) - n + 1)} if len(t) >= n else ({t} if t else set())
 
 
@@ -294,16 +288,25 @@ def doc_ngrams(text: str, n: int) -> frozenset[str]:
     return _NGRAMS.get_or_compute((text, n), lambda: frozenset(char_ngrams(text, n)))
 
 
-def lexical_overlap(query: str, docs: Mapping[int, str], n: int = 2) -> dict[int, float]:
+def lexical_overlap(
+    query: str, docs: Mapping[int, str], n: int = 2, cleaned: Mapping[int, str] | None = None
+) -> dict[int, float]:
     """Character n-gram coverage of the query by each document, weighted by how rare each
     n-gram is among these documents (ref-llmless-hybrid-rerank's `lex`, made IDF-aware).
 
     Needs no tokenizer, so it catches what segmentation splits differently in query and text.
+    A document given in `cleaned` (already as n-grams read it, retrieval.passages.highlight
+    .clean) is tested by substring instead of through its n-gram set: a long memory's
+    highlight, which changes with the query.
     """
     q = char_ngrams(query, n)
     if not q or not docs:
         return {k: 0.0 for k in docs}
-    grams = {k: doc_ngrams(v, n) & q for k, v in docs.items()}
+    pre = cleaned or {}
+    grams = {
+        k: set(filter(pre[k].__contains__, q)) if k in pre else doc_ngrams(v, n) & q
+        for k, v in docs.items()
+    }
     df: Counter[str] = Counter()
     for (
         s
@@ -315,35 +318,38 @@ def lexical_overlap(query: str, docs: Mapping[int, str], n: int = 2) -> dict[int
     return {k: sum(w[g] for g in s) / denom for k, s in grams.items()}
 
 
-def lex_signal(query: str, texts: Mapping[int, str], preset: Preset) -> dict[int, float]:
-    """The preset's character n-gram signal per text (its first LEX_MAX_CHARS); {} when the
-    preset uses none."""
+def lex_signal(
+    query: str,
+    texts: Mapping[int, str],
+    preset: Preset,
+    cleaned: Mapping[int, str] | None = None,
+) -> dict[int, float]:
+    """The preset's character n-gram signal per text (its first LEX_MAX_CHARS, or its cleaned
+    form where given); {} when the preset uses none."""
     if preset.lex_weight <= 0 or not query or not texts:
         return {}
-    return lexical_overlap(query, {k: v[:LEX_MAX_CHARS] for k, v in texts.items()}, preset.lex_n)
-
-
-# What _clean_chars drops, as one expression (it also drops "_", which isalnum() does not keep).
-_NON_WORD = re.compile(r"[\W_]+")
+    return lexical_overlap(
+        query, {k: v[:LEX_MAX_CHARS] for k, v in texts.items()}, preset.lex_n, cleaned
+    )
 
 
 def highlights(
     query: str, cands: Sequence[Candidate], per_source: Mapping[Source, Sequence[Candidate]]
-) -> dict[int, Span]:
-    """Each candidate's highlight (retrieval.passages.highlight): the passage that covers most
-    of the query's character bigrams, helped by the passages the vector leg found in it."""
+) -> dict[int, tuple[Span, str]]:
+    """Each candidate's highlight (retrieval.passages.highlight) and its cleaned text: the
+    passage that covers most of the query's character bigrams, helped by the passages the
+    vector leg found in it."""
     found: dict[int, list[tuple[int, int, float]]] = {}
     for got in per_source.values():
         for c in got:
             if c.passages:
                 found.setdefault(c.id, []).extend(c.passages)
-    q = char_ngrams(query, 2)
+    q = tuple(char_ngrams(query, 2))
 
     def covers(text: str) -> float:
-        # Substring tests in C, not a bigram set per passage: a query's few dozen bigrams
-        # against a 38,000-character memory's passages cost ~0.2 ms, its bigram sets ~10 ms.
-        t = _NON_WORD.sub("", unicodedata.normalize("NFKC", text).lower())
-        return sum(g in t for g in q) / len(q) if q else 0.0
+        # Substring tests in C over the span's cached cleaned text, not a bigram set per
+        # passage: a query's few dozen bigrams against a 38,000-character memory's passages.
+        return sum(map(text.__contains__, q)) / len(q) if q else 0.0
 
     return {c.id: focus(c.content, found.get(c.id, ()), covers) for c in cands}
 
@@ -530,18 +536,22 @@ def rerank(
     before = len(ordered)
     top = admit(ordered, per_source, preset, max(preset.rerank_top, limit), expanded.answering)
     spans = highlights(query, [f.candidate for f in top], per_source)
-    lex = lex_signal(
-        query,
-        {
-            f.candidate.id: expanded.chain_text.get(f.candidate.id)
-            or (f.candidate.title or "") + lex_text(f.candidate, spans[f.candidate.id])
-            for f in top
-        },
-        preset,
-    )
+    texts: dict[int, str] = {}
+    cleaned: dict[int, str] = {}
+    for f in top:
+        c = f.candidate
+        chain = expanded.chain_text.get(c.id)
+        if chain:
+            texts[c.id] = chain
+        elif len(c.content) > SPLIT_ABOVE:  # a long memory: its highlight, already cleaned
+            texts[c.id] = (c.title or "") + lex_text(c, spans[c.id][0])
+            cleaned[c.id] = clean(c.title or "") + spans[c.id][1]
+        else:
+            texts[c.id] = (c.title or "") + c.content
+    lex = lex_signal(query, texts, preset, cleaned)
     scored = [_score(f, per_source, preset, now, placed(f.candidate), lex) for f in top]
     scored = [
-        (a, replace(r, highlight=spans[r.candidate.id].bounds), b, c) for a, r, b, c in scored
+        (a, replace(r, highlight=spans[r.candidate.id][0].bounds), b, c) for a, r, b, c in scored
     ]
     scored.sort(key=lambda x: (x[0], x[1].score), reverse=True)
     meta = {r.candidate.id: (near, rec) for _, r, rec, near in scored}

@@ -9,7 +9,7 @@ import pytest
 from retrieval.ingest import embedding_load, mean_direction, parse_items
 from retrieval.models import Highlight, RetrievalOptions, RetrievalResult
 from retrieval.passages.budget import fit
-from retrieval.passages.highlight import focus
+from retrieval.passages.highlight import clean, focus
 from retrieval.passages.split import (
     OVERLAP_MAX_CHARS,
     PASSAGE_MAX_CHARS,
@@ -87,13 +87,14 @@ def _covers(query: str):
 
 
 def test_the_highlight_is_the_passage_that_covers_the_query_helped_by_the_vector_leg():
-    assert focus("短い。", (), _covers("短い")) == Span(0, 3, True)
+    assert focus("短い。", (), _covers("短い")) == (Span(0, 3, True), "短い")
     fuji = LONG.index("富士山")
-    got = focus(LONG, (), _covers("富士山の標高は何メートル"))
+    got, text = focus(LONG, (), _covers("富士山の標高は何メートル"))
+    assert text == clean(LONG[got.start : got.end]) and "。" not in text
     assert got.start <= fuji < got.end
     # Nothing in common with the text: the passage the vector leg found best wins.
     shogi = next(s for s in pack(LONG) if "将棋" in LONG[s.start : s.end])
-    got = focus(LONG, ((shogi.start, shogi.end, 0.9),), _covers("ボードゲームの規則"))
+    got, _ = focus(LONG, ((shogi.start, shogi.end, 0.9),), _covers("ボードゲームの規則"))
     assert got == Span(shogi.start, shogi.end)
 
 
