@@ -42,7 +42,7 @@ from retrieval.models import (
 from retrieval.passages.budget import MAX_BUDGET_CHARS, fit
 from retrieval.query_embedding import EmbeddingBusy, QueryEmbeddings, cut_texts
 from retrieval.replicas import CONNECTION_ERRORS, ReadRouter
-from retrieval.rerank import blend_lex, fuse_first_wave, lex_signal, rerank
+from retrieval.rerank import blend_lex, fuse_first_wave, highlights, lex_inputs, lex_signal, rerank
 from retrieval.sources import (
     SOURCES,
     TEXT_ONLY_SOURCES,
@@ -84,13 +84,19 @@ def choose_seeds(
     query: str = "",
 ) -> tuple[tuple[str, float], ...]:
     """The first wave's best `expand_seeds` candidates, scored as the reranker scores them
-    (fused, then the character n-gram signal on the best `rerank_top`) and scaled so the best
-    is 1; after the memories the caller named (the current turn's context), which count as 1."""
+    (fused, then the character n-gram signal on the best `rerank_top`, a long memory's on its
+    highlight as far as the first wave can tell) and scaled so the best is 1; after the
+    memories the caller named (the current turn's context), which count as 1."""
     fused = sorted(
         fuse_first_wave(per_source, preset).values(), key=lambda f: f.score, reverse=True
     )
     top = [(f.candidate, f.score) for f in fused[: preset.rerank_top]]
-    lex = lex_signal(query, {c.id: (c.title or "") + c.content for c, _ in top}, preset)
+    cands = [c for c, _ in top]
+    lex = (
+        lex_signal(query, *lex_inputs(cands, highlights(query, cands, per_source)), preset)
+        if preset.lex_weight > 0
+        else {}
+    )
     scored = [(c, blend_lex(s, lex[c.id], preset) if lex else s) for c, s in top]
     best = sorted(scored, key=lambda x: x[1], reverse=True)[: preset.expand_seeds]
     high = best[0][1] if best and best[0][1] > 0 else 1.0

@@ -321,8 +321,8 @@ def lexical_overlap(
 def lex_signal(
     query: str,
     texts: Mapping[int, str],
+    cleaned: Mapping[int, str],
     preset: Preset,
-    cleaned: Mapping[int, str] | None = None,
 ) -> dict[int, float]:
     """The preset's character n-gram signal per text (its first LEX_MAX_CHARS, or its cleaned
     form where given); {} when the preset uses none."""
@@ -354,10 +354,28 @@ def highlights(
     return {c.id: focus(c.content, found.get(c.id, ()), covers) for c in cands}
 
 
-def lex_text(c: Candidate, span: Span) -> str:
-    """What the n-gram signal reads of a memory: a memory with passages (longer than
-    SPLIT_ABOVE), its highlight; any other, all of it."""
-    return c.content[span.start : span.end] if len(c.content) > SPLIT_ABOVE else c.content
+def lex_inputs(
+    cands: Sequence[Candidate],
+    spans: Mapping[int, tuple[Span, str]],
+    chain_text: Mapping[int, str] | None = None,
+) -> tuple[dict[int, str], dict[int, str]]:
+    """What the n-gram signal reads of each candidate, and the cleaned form of those that have
+    one: an answering chain's text where expansion made one; a memory with passages (longer
+    than SPLIT_ABOVE), its title and highlight (`spans`, from highlights()); any other, its
+    title and all of it."""
+    texts: dict[int, str] = {}
+    cleaned: dict[int, str] = {}
+    for c in cands:
+        chain = (chain_text or {}).get(c.id)
+        if chain:
+            texts[c.id] = chain
+        elif len(c.content) > SPLIT_ABOVE:
+            span, text = spans[c.id]
+            texts[c.id] = (c.title or "") + c.content[span.start : span.end]
+            cleaned[c.id] = clean(c.title or "") + text
+        else:
+            texts[c.id] = (c.title or "") + c.content
+    return texts, cleaned
 
 
 def blend_lex(score: float, lex: float, preset: Preset) -> float:
@@ -535,20 +553,9 @@ def rerank(
     )
     before = len(ordered)
     top = admit(ordered, per_source, preset, max(preset.rerank_top, limit), expanded.answering)
-    spans = highlights(query, [f.candidate for f in top], per_source)
-    texts: dict[int, str] = {}
-    cleaned: dict[int, str] = {}
-    for f in top:
-        c = f.candidate
-        chain = expanded.chain_text.get(c.id)
-        if chain:
-            texts[c.id] = chain
-        elif len(c.content) > SPLIT_ABOVE:  # a long memory: its highlight, already cleaned
-            texts[c.id] = (c.title or "") + lex_text(c, spans[c.id][0])
-            cleaned[c.id] = clean(c.title or "") + spans[c.id][1]
-        else:
-            texts[c.id] = (c.title or "") + c.content
-    lex = lex_signal(query, texts, preset, cleaned)
+    cands = [f.candidate for f in top]
+    spans = highlights(query, cands, per_source)
+    lex = lex_signal(query, *lex_inputs(cands, spans, expanded.chain_text), preset)
     scored = [_score(f, per_source, preset, now, placed(f.candidate), lex) for f in top]
     scored = [
         (a, replace(r, highlight=spans[r.candidate.id][0].bounds), b, c) for a, r, b, c in scored

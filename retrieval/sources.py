@@ -490,11 +490,26 @@ _QUERY_TERMS = """qt AS (
   JOIN term_df d ON d.namespace = $1 AND d.term = l.lexeme AND d.df > 0
   JOIN namespace_stats st ON st.namespace = $1)"""
 
+
+def _holds(m: str, term: str) -> str:
+    """Whether memory `m` holds the keyword term: its posting (a key lookup), not `term_tf ?`,
+    which reads the memory's whole term map again for every term (a long memory's is large)."""
+    return f"EXISTS (SELECT 1 FROM postings p WHERE p.memory_id = {m}.id AND p.term = {term})"
+
+
+def _held(m: str) -> str:
+    """The query's terms (qt) memory `m` holds: key lookups in its postings."""
+    return (
+        f"ARRAY(SELECT p.term FROM postings p WHERE p.memory_id = {m}.id "
+        "AND p.term = ANY (ARRAY(SELECT term FROM qt)))"
+    )
+
+
 # IDF mass of the query's terms that the seed `sm` holds, that the seed and the memory `m` hold
 # together (what the hop adds to the seed), and of all of them.
 _COVERAGE = (
-    "(SELECT coalesce(sum(qt.idf), 0) FROM qt WHERE sm.term_tf ? qt.term) AS seed_cov, "
-    "(SELECT coalesce(sum(qt.idf), 0) FROM qt WHERE sm.term_tf ? qt.term OR m.term_tf ? qt.term) AS union_cov, "
+    f"(SELECT coalesce(sum(qt.idf), 0) FROM qt WHERE qt.term = ANY ({_held('sm')})) AS seed_cov, "
+    f"(SELECT coalesce(sum(qt.idf), 0) FROM qt WHERE qt.term = ANY ({_held('sm')} || {_held('m')})) AS union_cov, "
     "(SELECT coalesce(sum(qt.idf), 0) FROM qt) AS query_idf"
 )
 
@@ -540,8 +555,7 @@ rare AS (
                                WHERE x.namespace = $1 AND x.entity = ent.entity LIMIT cap.n + 1) c) <= cap.n)
 SELECT * FROM (
   SELECT DISTINCT ON (m.id) {_COLS}, rare.seed, rare.score AS seed_score, rare.entity, sm.content AS seed_text,
-         {_COVERAGE}, coalesce(m.term_tf ? $14, false) AS has_focus,
-         coalesce(sm.term_tf ? $14, false) AS seed_has_focus
+         {_COVERAGE}, {_holds("m", "$14")} AS has_focus, {_holds("sm", "$14")} AS seed_has_focus
   FROM rare JOIN memory_entities e ON e.namespace = $1 AND e.entity = rare.entity
   JOIN memories m ON m.id = e.memory_id
   JOIN memories sm ON sm.namespace = $1 AND sm.external_id = rare.seed
