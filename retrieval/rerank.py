@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -26,7 +25,7 @@ from retrieval.models import (
     TimeRange,
     WindowMode,
 )
-from retrieval.passages.highlight import clean, focus
+from retrieval.passages.highlight import clean, focus, weighted_coverage
 from retrieval.passages.split import SPLIT_ABOVE, Span
 from retrieval.strategy import Preset
 
@@ -307,15 +306,7 @@ def lexical_overlap(
         k: set(filter(pre[k].__contains__, q)) if k in pre else doc_ngrams(v, n) & q
         for k, v in docs.items()
     }
-    df: Counter[str] = Counter()
-    for (
-        s
-    ) in grams.values():  # what each text shares with the query: linear in those, not |q| x docs
-        df.update(s)
-    total = len(docs)
-    w = {g: math.log(1 + total / (1 + df[g])) for g in q}
-    denom = sum(w.values()) or 1.0
-    return {k: sum(w[g] for g in s) / denom for k, s in grams.items()}
+    return weighted_coverage(grams, q)
 
 
 def lex_signal(
@@ -345,13 +336,7 @@ def highlights(
             if c.passages:
                 found.setdefault(c.id, []).extend(c.passages)
     q = tuple(char_ngrams(query, 2))
-
-    def covers(text: str) -> float:
-        # Substring tests in C over the span's cached cleaned text, not a bigram set per
-        # passage: a query's few dozen bigrams against a 38,000-character memory's passages.
-        return sum(map(text.__contains__, q)) / len(q) if q else 0.0
-
-    return {c.id: focus(c.content, found.get(c.id, ()), covers) for c in cands}
+    return {c.id: focus(c.content, found.get(c.id, ()), q) for c in cands}
 
 
 def lex_inputs(
