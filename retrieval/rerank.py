@@ -336,7 +336,8 @@ def highlights(
             if c.passages:
                 found.setdefault(c.id, []).extend(c.passages)
     q = tuple(char_ngrams(query, 2))
-    return {c.id: focus(c.content, found.get(c.id, ()), q) for c in cands}
+    floor = min((x for got in found.values() for _, _, x in got), default=0.0)
+    return {c.id: focus(c.content, found.get(c.id, ()), q, floor) for c in cands}
 
 
 def lex_inputs(

@@ -94,6 +94,19 @@ def test_the_highlight_is_the_passage_that_covers_the_query_helped_by_the_vector
     assert got == Span(shogi.start, shogi.end)
 
 
+def test_a_passage_no_more_similar_than_the_vector_legs_last_gets_no_vector_credit():
+    # The vector leg returned the shogi passage only as its least similar (the floor): a passage
+    # it did not return may be as similar, so the few words the query shares with the Fuji
+    # passage decide. Above the floor, the same passage wins on the vector alone.
+    shogi = next(s for s in pack(LONG) if "将棋" in LONG[s.start : s.end])
+    found = ((shogi.start, shogi.end, 0.8),)
+    query = _grams("富士山についてもっと詳しく教えてください")
+    got, _ = focus(LONG, found, query, floor=0.8)
+    assert "富士山" in LONG[got.start : got.end]
+    got, _ = focus(LONG, found, query, floor=0.7)
+    assert got == Span(shogi.start, shogi.end)
+
+
 def test_a_name_most_passages_hold_does_not_choose_the_highlight():
     # The article's subject is named in five passages of six; the asked word only in the one
     # that answers, which names the subject by half. Counted plainly, the name's seven bigrams

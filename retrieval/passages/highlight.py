@@ -7,8 +7,9 @@ they were made by an older cut) and each span is scored by how much of the query
 (the query's character bigrams it holds, read as the reranker's n-grams are: NFKC, lower case,
 letters and digits only; each weighted by BM25's IDF among the memory's spans, so that the
 article's own subject, named in most spans, does not choose the span) plus VECTOR_WEIGHT
-times its similarity to the query, relative to the best passage the vector leg found in this
-memory (0 for one it did not find). The best span wins; the earlier one on a tie.
+times its similarity to the query, min-max scaled between the least similar passage the vector
+leg returned (`floor`: what a passage it did not return has at most) and the best it found in
+this memory (0 for one it did not find). The best span wins; the earlier one on a tie.
 
 A memory's spans and their cleaned texts are cached (by bytes): a long memory is a candidate
 of many queries, and cleaning its 38,000 characters again for each cost more than the rest of
@@ -86,7 +87,10 @@ def weighted_coverage(
 
 
 def focus(
-    content: str, found: Sequence[tuple[int, int, float]], grams: Sequence[str]
+    content: str,
+    found: Sequence[tuple[int, int, float]],
+    grams: Sequence[str],
+    floor: float = 0.0,
 ) -> tuple[Span, str]:
     """The span of `content` that best answers and its cleaned text: the whole of a short
     memory; of a long one, the passage that covers most of the query's bigrams `grams`
@@ -95,13 +99,13 @@ def focus(
     if len(content) <= PASSAGE_MAX_CHARS:
         return Span(0, len(content), True), clean(content)
     texts = dict(cleaned_spans(content))
-    top = max((x for _, _, x in found), default=0.0)
+    top = max((x for _, _, x in found), default=0.0) - floor
     vec = dict.fromkeys(texts, 0.0)
     for a, b, x in found:
         if 0 <= a < b <= len(content) and top > 0:
             if (a, b) not in texts:  # a passage of an older cut
                 texts[(a, b)] = clean(content[a:b])
-            vec[(a, b)] = max(vec.get((a, b), 0.0), x / top)
+            vec[(a, b)] = max(vec.get((a, b), 0.0), max(x - floor, 0.0) / top)
     cover = weighted_coverage(
         {ab: set(filter(t.__contains__, grams)) for ab, t in texts.items()}, grams, bm25_idf
     )
