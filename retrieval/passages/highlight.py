@@ -23,6 +23,7 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import TypeVar
 
 from retrieval.cache import ByteLRU
@@ -71,7 +72,7 @@ def bm25_idf(n: int, df: int) -> float:
 
 
 def weighted_coverage(
-    held: Mapping[K, set[str]],
+    held: Mapping[K, AbstractSet[str]],
     grams: Collection[str],
     idf: Callable[[int, int], float] = lex_idf,
 ) -> dict[K, float]:
