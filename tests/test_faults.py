@@ -268,6 +268,31 @@ def test_unavailability_errors_map_to_503(exc):
     assert _status_of(exc) == 503
 
 
+def _raised_while(outer: BaseException, inner: BaseException) -> BaseException:
+    try:
+        try:
+            raise inner
+        except BaseException:
+            raise outer  # noqa: B904 - the implicit context is what asyncpg's pool leaves
+    except BaseException as exc:
+        return exc
+
+
+def test_a_pool_release_failing_after_a_lost_connection_is_503_not_500():
+    """What CI once saw mid-restart: the server dropped the connection during a write, and the
+    pool's release then could not reset it ("another operation is in progress")."""
+    busy = asyncpg.InternalClientError("cannot switch to state 15; another operation (2)")
+    lost = _raised_while(busy, asyncpg.AdminShutdownError("57P01"))
+    assert _status_of(lost) == 503
+    reset = _raised_while(
+        asyncpg.InternalClientError("cannot switch to state 15"), ConnectionResetError(104)
+    )
+    assert _status_of(reset) == 503
+    # Without a lost connection behind it, asyncpg's internal error stays a 500 (a bug to see).
+    assert _status_of(asyncpg.InternalClientError("bug")) == 500
+    assert _status_of(_raised_while(asyncpg.InternalClientError("x"), KeyError("k"))) == 500
+
+
 async def test_search_legs_run_under_a_server_side_statement_timeout(own_db):
     """A leg's query is stopped by the server at the leg's deadline, not left running."""
     from retrieval.sources import SearchContext, leg_connection

@@ -78,6 +78,13 @@ def _status_of(exc: BaseException) -> int:
     for cls in type(exc).__mro__:
         if cls in STATUS:
             return STATUS[cls]
+    # asyncpg's own complaint while it handled a lost connection (a pool's release that cannot
+    # reset a connection the server dropped mid-query: "another operation is in progress") is
+    # that loss, not a bug of ours.
+    if isinstance(exc, asyncpg.InternalClientError):
+        cause = exc.__cause__ or exc.__context__
+        if cause is not None and cause is not exc:
+            return _status_of(cause)
     return 500
 
 
