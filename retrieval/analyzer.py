@@ -93,11 +93,15 @@ class QueryAnalyzer:
         # The holiday calendar loads on first use (~0.2 s): not inside the first query naming one.
         national_holidays(datetime.now(self.tz).year)
 
-    def analyze(self, query: str, now: datetime | None = None) -> QueryIntent:
-        """Classify, resolve time words against now, extract keywords and entities."""
+    def analyze(
+        self, query: str, now: datetime | None = None, tz: ZoneInfo | None = None
+    ) -> QueryIntent:
+        """Classify, resolve time words against now (in the calendar of tz, default the
+        analyzer's), extract keywords and entities."""
         text = normalize_text(query).strip()
-        now = now or datetime.now(self.tz)
-        tp = parse_time(text, now, self.tz, self.recent_days)
+        zone = tz or self.tz
+        now = now or datetime.now(zone)
+        tp = parse_time(text, now, zone, self.recent_days)
         qtype = classify(text, self.dictionary, has_time=tp.range is not None)
         # Relative time words (先週, 最近) describe when, not what: keep them out of the keyword
         # legs. Written dates (1910年, 2025年3月) stay: in a question they are often content.

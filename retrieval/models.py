@@ -282,6 +282,8 @@ class RetrievalOptions:
     memory_types: tuple[str, ...] = ()
     source_types: tuple[str, ...] = ()
     now: datetime | None = None
+    # The IANA zone whose calendar the question's time words are read in (None: the service's).
+    timezone: str | None = None
     recent_conversation: tuple[tuple[str, str], ...] = ()
     # Each result's per-signal scores (signals); off = an empty mapping.
     include_metadata_details: bool = True

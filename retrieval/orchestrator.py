@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import asyncpg
 import numpy as np
@@ -236,6 +236,10 @@ class Orchestrator:
         tr = options.time_range
         if tr and tr.start and tr.end and tr.start >= tr.end:
             errors.append({"field": "options.time_range", "reason": "start must be before end"})
+        try:
+            self._zone(options)
+        except ValueError:
+            errors.append({"field": "options.timezone", "reason": "not a known IANA time zone"})
         for name, value in (
             ("options.now", options.now),
             ("options.time_range.start", tr.start if tr else None),
@@ -251,6 +255,15 @@ class Orchestrator:
             raise InvalidInput(errors)
         return q
 
+    def _zone(self, options: RetrievalOptions) -> ZoneInfo:
+        """The calendar the request's time words are read in; ValueError for an unknown zone."""
+        if options.timezone is None:
+            return self.tz
+        try:
+            return ZoneInfo(options.timezone)
+        except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+            raise ValueError(f"unknown time zone {options.timezone!r}") from exc
+
     async def retrieve(
         self, query: str, options: RetrievalOptions | None = None
     ) -> RetrievalResponse:
@@ -259,9 +272,10 @@ class Orchestrator:
         options = options or RetrievalOptions()
         t0 = time.perf_counter()
         q = self.validate(query, options)
-        now = options.now or datetime.now(self.tz)
+        zone = self._zone(options)
+        now = options.now or datetime.now(zone)
         if now.tzinfo is None:
-            now = now.replace(tzinfo=self.tz)
+            now = now.replace(tzinfo=zone)
         clock = _StageClock()
         # The embedding (the costliest stage) overlaps the analysis and the sources that need
         # no vector: those start as soon as the analysis has chosen the plan.
@@ -283,7 +297,9 @@ class Orchestrator:
 
         embedding.add_done_callback(timed)
         try:
-            intent = await asyncio.to_thread(clock.timed, "analyze", self.analyzer.analyze, q, now)
+            intent = await asyncio.to_thread(
+                clock.timed, "analyze", self.analyzer.analyze, q, now, zone
+            )
         except BaseException:
             given_up.set()
             embedding.cancel()

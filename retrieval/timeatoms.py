@@ -171,7 +171,8 @@ def _en_month(m: re.Match[str]) -> tuple[str, Any] | date | None:
     word = m["mon"].lower()
     mo = _EN_MONTHS[word]
     before = m.string[max(0, m.start() - 12) : m.start()].lower()
-    cue = (
+    day = m["d"] or m["d0"]
+    cue = (  # a day before a lower-case "may" is no cue: "we 2 may go"
         m["mod"]
         or m["d"]
         or m["y"]
@@ -183,10 +184,10 @@ def _en_month(m: re.Match[str]) -> tuple[str, Any] | date | None:
         and m["mon"].islower()
     ):
         return None  # "may", "march": a verb more often than a month
-    if m["y"] and m["d"]:
-        return date(int(m["y"]), mo, int(m["d"]))
-    if m["d"]:
-        return ("md", (mo, int(m["d"])))
+    if m["y"] and day:
+        return date(int(m["y"]), mo, int(day))
+    if day:
+        return ("md", (mo, int(day)))
     if m["y"]:
         return "ym", (int(m["y"]), mo)
     return "abs", (mo, _MODE_EN.get((m["mod"] or "").lower(), "past"))
@@ -354,6 +355,9 @@ _TABLE: list[tuple[str, str, Builder]] = [
     (
         "month",
         r"(?i)\b(?:(?P<mod>last|this|next|in)\s+)?"
+        # 9 November 2022, the 9th of November: the day before the month, as British English
+        # and LoCoMo's session dates write it.
+        + r"(?:(?:the\s+)?(?P<d0>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?)?"
         + _EN_MONTH
         + r"\.?(?:\s+(?P<d>\d{1,2})(?:st|nd|rd|th)?)?(?:,?\s+(?:of\s+)?(?P<y>\d{4}))?\b",
         _en_month,

@@ -481,6 +481,59 @@ def _to_range(c: _Ctx, w: _Window, text: str, fuzzy: bool) -> TimeRange | None:
 _YEAR_HINT_RE = re.compile(r"(?<![0-9])(\d{4})年|\b(?:in )?(\d{4})\b")
 
 
+@dataclass(frozen=True)
+class _Found:
+    core: list[Atom]
+    fuzzy: bool
+    text: str
+    range: TimeRange
+
+
+def _resolve(c: _Ctx, core: list[Atom], text: str, fuzzy: bool) -> TimeRange | None:
+    try:
+        w = _compose(c, core)
+        return _to_range(c, w, text, fuzzy) if w is not None else None
+    except (ValueError, OverflowError):  # 2025年2月30日, 3000年前: a date, but not one to hold
+        return None
+
+
+# How far `now` moves to tell an expression that counts from it (先週, recently) from one that
+# names its own date (2023年6月3日): a whole number of 400-year cycles would keep weekdays and
+# leap days, but ten years and a day is enough to move any relative window.
+_PROBE = timedelta(days=3653)
+
+
+def _anchored(
+    found: list[_Found], now: datetime, zone: ZoneInfo, recent_days: int
+) -> TimeRange | None:
+    """The question's window: its first expression's, unless it holds both words that count
+    from now (recently, last Friday, 先週) and a stated date (on 3 June 2023, 2023年6月3日).
+    Then the date is the moment those words count from, and the window runs from what they
+    name to the end of the date: "what did Joanna finish last Friday on 23 January 2022" is
+    about the 21st and was told on the 23rd."""
+    if not found:
+        return None
+    probe = _Ctx(now + _PROBE, zone, recent_days) if time_in_bounds(now + _PROBE) else None
+    if probe is None:
+        return found[0].range
+    relative = stated = None
+    for f in found:
+        if _resolve(probe, f.core, f.text, f.fuzzy) == f.range:
+            stated = stated or f
+        else:
+            relative = relative or f
+    if relative is None or stated is None or stated.range.end is None:
+        return found[0].range
+    anchor = stated.range.end - timedelta(microseconds=1)
+    counted = _resolve(_Ctx(anchor, zone, recent_days), relative.core, relative.text, False)
+    if counted is None or counted.start is None or counted.end is None:
+        return stated.range
+    start = min(counted.start, stated.range.start or counted.start)
+    end = max(counted.end, stated.range.end)
+    first, last = sorted((relative, stated), key=lambda f: found.index(f))
+    return TimeRange(start, end, None, f"{first.text} … {last.text}", G.SPAN)
+
+
 def parse_time(
     text: str, now: datetime, tz: str | ZoneInfo = "Asia/Tokyo", recent_days: int = 14
 ) -> TimeParse:
@@ -494,22 +547,24 @@ def parse_time(
     if not time_in_bounds(now):  # nothing relative can be resolved against such a now
         return out
     c = _Ctx(now, zone, recent_days)
+    found: list[_Found] = []
     for group in _groups(scan(text), text):
         core = [a for a in group if a.kind not in ("fuzzy", "fuzzy_pre")]
         fuzzy = len(core) < len(group) or any(a.kind == "nowish" for a in core)
         s, e = group[0].start, group[-1].end
         if not core:
             continue
-        try:
-            w = _compose(c, core)
-            rng = _to_range(c, w, text[s:e], bool(fuzzy)) if w is not None else None
-        except (ValueError, OverflowError):  # 2025年2月30日, 3000年前: a date, but not one to hold
-            w, rng = None, None
-        if w is None and core[0].kind in ("part", "day", "part_en"):
-            continue  # 初め, 末, 3日 alone: not a time expression
+        rng = _resolve(c, core, text[s:e], fuzzy)
+        if rng is None and core[0].kind in ("part", "day", "part_en"):
+            try:
+                if _compose(c, core) is None:
+                    continue  # 初め, 末, 3日 alone: not a time expression
+            except (ValueError, OverflowError):
+                pass
         out.spans.append((s, e))
-        if rng is not None and out.range is None:
-            out.range = rng
+        if rng is not None:
+            found.append(_Found(core, fuzzy, text[s:e], rng))
+    out.range = _anchored(found, now, zone, recent_days)
     low = text.lower()
     for stage in LIFE_STAGES:
         i = low.find(stage)

@@ -357,3 +357,14 @@ def test_eval_suite_prints_one_table_and_compares(env, tmp_path, capsys):
     bad.write_text("[]")
     assert main([*args, "--compare", str(bad)]) == 2
     assert "--compare" in capsys.readouterr().err
+
+
+def test_a_question_is_asked_in_the_zone_of_its_now():
+    from retrieval.evaluation.harness import clock_zone
+
+    assert clock_zone(datetime.fromisoformat("2023-10-23T09:55:00+00:00")) == "UTC"
+    assert clock_zone(datetime.fromisoformat("2026-11-22T12:00:00+09:00")) == "Etc/GMT-9"
+    assert clock_zone(datetime.fromisoformat("2026-11-22T12:00:00-05:00")) == "Etc/GMT+5"
+    # No whole-hour zone to name, or no clock at all: the service's own zone.
+    assert clock_zone(datetime.fromisoformat("2026-11-22T12:00:00+05:30")) is None
+    assert clock_zone(datetime(2026, 11, 22)) is None and clock_zone(None) is None

@@ -184,3 +184,46 @@ def test_dates_without_a_year_are_the_latest_begun():
     assert parse_time("11月3日", NOW).range.start.date() == date(2026, 11, 3)
     assert parse_time("12月24日", NOW).range.start.date() == date(2025, 12, 24)
     assert parse_time("来年の12月24日", NOW).range.start.date() == date(2027, 12, 24)
+
+
+@pytest.mark.parametrize(
+    "text,start,end",
+    [
+        ("on 9 November, 2022", date(2022, 11, 9), date(2022, 11, 10)),
+        ("the 9th of November 2022", date(2022, 11, 9), date(2022, 11, 10)),
+        ("on 3 June", date(2026, 6, 3), date(2026, 6, 4)),
+        ("November 9, 2022", date(2022, 11, 9), date(2022, 11, 10)),
+    ],
+)
+def test_english_dates_with_the_day_first(text, start, end):
+    assert days(text)[:2] == (start, end)
+
+
+def test_a_lower_case_may_after_a_number_is_no_date():
+    assert parse_time("we 2 may go", NOW).range is None
+
+
+@pytest.mark.parametrize(
+    "text,start,end",
+    [
+        # last Friday counted from 23 January 2022 (a Sunday) is the 21st; told on the 23rd.
+        (
+            "What did Joanna finish last Friday on 23 January, 2022?",
+            date(2022, 1, 21),
+            date(2022, 1, 24),
+        ),
+        ("the Sunday before October 25, 2022", date(2022, 10, 23), date(2022, 10, 26)),
+        ("recently, as mentioned on 3 June, 2023", date(2023, 5, 20), date(2023, 6, 4)),
+        ("2023年6月3日に最近始めたこと", date(2023, 5, 20), date(2023, 6, 4)),
+        ("最近、2023年5月に作ったケーキ", date(2023, 5, 1), date(2023, 6, 1)),
+    ],
+)
+def test_a_stated_date_anchors_the_words_that_count_from_now(text, start, end):
+    r = parse_time(text, NOW, "Asia/Tokyo", 14).range
+    assert (r.start.date(), r.end.date()) == (start, end)
+    assert r.relative is None and r.granularity == Granularity.SPAN
+
+
+def test_without_a_stated_date_the_first_expression_counts_from_now():
+    assert days("先週の会議と昨日のメモ") == (date(2026, 11, 9), date(2026, 11, 16), "last_week")
+    assert days("11月3日の最近の話")[:2] == (date(2026, 11, 3), date(2026, 11, 4))

@@ -79,6 +79,12 @@ class RetrieveOptionsIn(BaseModel):
     now: Instant | None = Field(
         default=None, description="Resolve time words against this instant."
     )
+    timezone: Annotated[SafeStr, Field(min_length=1, max_length=64)] | None = Field(
+        default=None,
+        description="An IANA time zone (Europe/London, UTC): the calendar the question's time "
+        "words (yesterday, 3 June, 先週) are read in, and a naive `now`; default the service's "
+        "RETRIEVAL_TIMEZONE.",
+    )
     expand: bool = Field(
         default=True,
         description="Multi-hop expansion (links, entities, threads) after the first search.",

@@ -12,6 +12,7 @@ import logging
 import sys
 import time
 from collections import defaultdict
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,19 @@ def embedding_cache_path(settings: Settings) -> Path:
 
 class ForeignNamespace(RetrievalError):
     """The namespace holds memories the harness did not put there; replacing them needs --force."""
+
+
+def clock_zone(now: datetime | None) -> str | None:
+    """The calendar a question is asked in: the zone of its `now`'s offset, when that is whole
+    hours (a LoCoMo question's `now` is UTC, so are its conversation's session dates; a Japanese
+    set's +09:00 is Asia/Tokyo's). None without `now`: the service's own zone."""
+    offset = now.utcoffset() if now is not None else None
+    if offset is None:
+        return None
+    hours, rest = divmod(int(offset.total_seconds()), 3600)
+    if rest or not -14 <= hours <= 12:
+        return None
+    return "UTC" if hours == 0 else f"Etc/GMT{-hours:+d}"
 
 
 def sub_namespace(namespace: str, line_namespace: str | None) -> str:
@@ -284,6 +298,7 @@ async def run_eval(
             namespace=ns,
             limit=limit,
             now=q.now,
+            timezone=clock_zone(q.now),
             force_strategy=force,
             log_run=False,
             expand=expand,

@@ -92,6 +92,10 @@ async def test_memories_retrieve_get_archive_feedback(client, ns, rt):
         ),
         ({"query": 5}, "query"),
         ({"query": "ok", "namespace": "a b"}, "namespace"),
+        ({"query": "ok", "options": {"timezone": "Mars/Olympus"}}, "options.timezone"),
+        ({"query": "ok", "options": {"timezone": "../../etc/passwd"}}, "options.timezone"),
+        ({"query": "ok", "options": {"timezone": "Asia"}}, "options.timezone"),
+        ({"query": "ok", "options": {"timezone": ""}}, "options.timezone"),
     ],
 )
 async def test_bad_retrieve_is_422_naming_field(client, body, field):
@@ -211,3 +215,18 @@ async def test_feedback_refuses_another_namespaces_run(client, ns, rt):
     assert mine.json()["searchable"] is True  # nothing marked
     ok = await client.post("/v1/feedback", json={**body, "namespace": other})
     assert ok.status_code == 200
+
+
+async def test_time_words_are_read_in_the_requests_time_zone(client):
+    """At 20:00 UTC on 9 November it is already the 10th in Tokyo: "yesterday" is the 8th for a
+    caller in UTC and the 9th by the service's default zone."""
+    body = {"query": "what did we do yesterday?", "namespace": "tz-words"}
+    now = "2022-11-09T20:00:00+00:00"
+    r = await client.post("/v1/retrieve", json={**body, "options": {"now": now}})
+    default = r.json()["metadata"]["query_intent"]["time_range"]
+    r = await client.post("/v1/retrieve", json={**body, "options": {"now": now, "timezone": "UTC"}})
+    assert r.status_code == 200
+    utc = r.json()["metadata"]["query_intent"]["time_range"]
+    assert default["start"].startswith("2022-11-09T00:00:00+09:00")
+    assert utc["start"] == "2022-11-08T00:00:00+00:00"
+    assert utc["end"] == "2022-11-09T00:00:00+00:00"

@@ -38,6 +38,7 @@ async def retrieve(body: RetrieveRequest, rt: RuntimeDep, scope: ScopeDep) -> Re
         memory_types=tuple(o.memory_types),
         source_types=tuple(o.source_types),
         now=o.now,
+        timezone=o.timezone,
         recent_conversation=tuple((msg.role, msg.content) for msg in body.recent_conversation),
         include_metadata_details=o.include_metadata_details,
         expand=o.expand,
