@@ -5,9 +5,10 @@ does not (the deadline of the project the meeting named, however the deadline is
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from enum import StrEnum
 
-from retrieval.nlp import Token, normalize_text
+from retrieval.nlp import Token, english_norm, normalize_text
 
 
 class AnswerKind(StrEnum):
@@ -116,3 +117,32 @@ def mentions(kind: AnswerKind, text: str, most: int = 2) -> int:
         if found >= most:
             break
     return found
+
+
+# A sentence that asks: it ends on ? or ？, or on か / かな / の (a Japanese question without a
+# mark) at the end of the text.
+_ASKING_SENTENCE_RE = re.compile(r"[^。！？!?.\n]*(?:[?？]|(?:か|かな|の)[。！!]?\s*$)")
+_LATIN_WORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9'-]*")
+
+
+def asks_about(text: str, keywords: Sequence[str], names: Sequence[str] = ()) -> bool:
+    """Whether a question the text asks is about what the query asks: one of its asking
+    sentences holds one of the query's keywords that is not a name. A reply answers the question
+    its memory replies to; it answers the query only when that question is the query's ("How
+    often do you work out?" for "How often does John work out with his family?"), not when the
+    turn before merely ends on "What about you, John?" — in a conversation most turns do. A
+    query with nothing but names to compare keeps every asking turn."""
+    name_words = {english_norm(w) for n in names for w in _LATIN_WORD_RE.findall(n)}
+    wanted = [k for k in keywords if k not in name_words and not any(k in n for n in names)]
+    if not wanted:
+        return True
+    asked = [m.group(0) for m in _ASKING_SENTENCE_RE.finditer(normalize_text(text[:SCAN_CHARS]))]
+    if not asked:
+        return False
+    for sentence in asked:
+        stems = {english_norm(w) for w in _LATIN_WORD_RE.findall(sentence)}
+        low = sentence.lower()
+        for k in wanted:
+            if k in stems if k.isascii() else k in low:
+                return True
+    return False

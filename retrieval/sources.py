@@ -18,7 +18,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from retrieval.answers import AnswerKind, gives, mentions
+from retrieval.answers import AnswerKind, asks_about, gives, mentions
 from retrieval.models import (
     ANSWERS_QUESTION,
     Candidate,
@@ -655,8 +655,13 @@ async def links(ctx: SearchContext) -> list[Candidate]:
     seeds: dict[str, bool] = {}
     pairs = await _hop_rows(ctx, LINKS_SQL, Source.LINKS)
     for r, c in pairs:
-        # A reply to a seed that asks is that question's answer.
-        if r["label"] == "reply_to" and r["dir"] == "from" and r["seed_asks"]:
+        # A reply to a seed that asks the query's question is that question's answer.
+        if (
+            r["label"] == "reply_to"
+            and r["dir"] == "from"
+            and r["seed_asks"]
+            and asks_about(r["seed_text"] or "", ctx.intent.keywords, ctx.intent.name_terms)
+        ):
             kind, via = ANSWERS_QUESTION, f"replies to the question {r['seed']}"
         else:
             kind = r["label"]

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from retrieval.config import Settings
 from retrieval.evaluation.harness import (
+    clock_zone,
     corpus_namespace,
     ensure_index,
     eval_settings,
@@ -62,6 +63,7 @@ async def main() -> None:
                     namespace=sub_namespace(ns, q.namespace),
                     limit=100,
                     now=q.now,
+                    timezone=clock_zone(q.now),
                     log_run=False,
                     expand=not args.no_expand,
                     context_window=0,

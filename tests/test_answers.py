@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from retrieval.answers import AnswerKind, asked_kind, gives, mentions
+from retrieval.answers import AnswerKind, asked_kind, asks_about, gives, mentions
 from retrieval.nlp import question_focus
 
 DATE, AMOUNT = AnswerKind.DATE, AnswerKind.AMOUNT
@@ -75,3 +75,37 @@ def test_mentions_counts_up_to_most_and_reads_only_the_start():
     assert mentions(DATE, "1月1日と2月2日と3月3日") == 2
     assert mentions(DATE, "1月1日と2月2日と3月3日", most=5) == 3
     assert mentions(AMOUNT, "あ" * 100_000 + "500円") == 0
+
+
+@pytest.mark.parametrize(
+    ("turn", "keywords", "names", "expected"),
+    [
+        # The turn asks what the query asks: its reply answers the query.
+        (
+            "Aiko: Sounds fun, Ken! How often do you and your family work out?",
+            ["ken", "work", "famili"],
+            ["Ken"],
+            True,
+        ),
+        # It asks something else, or only the other's name is shared: the reply is a neighbour.
+        (
+            "Ken: Thanks, Aiko! What have you been up to lately, Ken?",
+            ["ken", "work", "famili"],
+            ["Ken"],
+            False,
+        ),
+        ("Ken: We worked out a lot. Great!", ["work"], [], False),
+        ("プロジェクトXの締め切りはいつ？", ["締め切り"], [], True),
+        ("週末は何をしていたの", ["週末"], [], True),
+        ("昨日の会議はどうだった？", ["締め切り"], [], False),
+        # A query with only names to compare cannot tell: every asking turn stays one.
+        ("Hey Ken, how are you?", ["ken"], ["Ken"], True),
+    ],
+)
+def test_asks_about(turn, keywords, names, expected):
+    assert asks_about(turn, keywords, names) is expected
+
+
+@given(st.text(max_size=300), st.lists(st.text(min_size=1, max_size=8), max_size=5))
+def test_asks_about_takes_any_text(text, keywords):
+    assert asks_about(text, keywords, ["Ken"]) in (True, False)
