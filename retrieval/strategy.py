@@ -211,6 +211,11 @@ PRESETS: Mapping[Strategy, Preset] = MappingProxyType(
 )
 
 
+# Windows whose edges nobody stated (最近, 先日, この前, recently, the other day: the last
+# RETRIEVAL_RECENT_DAYS by convention).
+VAGUE_WINDOWS = frozenset({"recent"})
+
+
 @dataclass(frozen=True)
 class Plan:
     """A chosen preset plus the per-query parameters derived from the intent."""
@@ -250,6 +255,12 @@ def plan(
     reasons = [f"forced {strategy.value}" if force else f"selected {strategy.value}"]
     if window is not None and preset.strategy == Strategy.TEMPORAL:
         reasons.append(f"window {window.relative or window.text or 'explicit'}")
+        if window.relative in VAGUE_WINDOWS:
+            # 最近, recently: the last weeks are preferred (the temporal leg searches them), not
+            # put first — a memory of the topic from two months ago answers "what did John
+            # recently get promoted to" better than this week's unrelated ones.
+            preset = replace(preset, window=None)
+            reasons.append("a vague window: preferred, not first")
         if window.end is not None and window.relative not in (
             "recent",
             "this_week",

@@ -40,3 +40,24 @@ def test_plan_force_and_recency_off_for_past_window():
     assert p.strategy == Strategy.TEMPORAL and p.preset.recency_weight == 0.0
     assert plan(intent, force=Strategy.SEMANTIC_ONLY).strategy == Strategy.SEMANTIC_ONLY
     assert PRESETS[Strategy.KEYWORD_BOOST].weights  # strategies are data
+
+
+def test_a_vague_window_is_preferred_not_first():
+    """最近 / recently name no edges: the temporal leg still searches the last weeks, but a
+    memory of the topic from before them is not put behind every memory inside."""
+    intent = QueryIntent(
+        query="q",
+        query_type=QueryType.TEMPORAL,
+        keywords=("x",),
+        time_range=TimeRange(NOW, NOW, "recent"),
+    )
+    p = plan(intent)
+    assert p.strategy == Strategy.TEMPORAL and p.preset.window is None
+    assert "a vague window: preferred, not first" in p.reasons
+    named = QueryIntent(
+        query="q",
+        query_type=QueryType.TEMPORAL,
+        keywords=("x",),
+        time_range=TimeRange(NOW, NOW, "last_week"),
+    )
+    assert plan(named).preset.window == PRESETS[Strategy.TEMPORAL].window is not None
