@@ -653,15 +653,15 @@ async def links(ctx: SearchContext) -> list[Candidate]:
     """Memories one link from a seed: replies, the question replied to, related topics."""
     out: list[Candidate] = []
     seeds: dict[str, bool] = {}
+    asks: dict[str, bool] = {}  # per seed: does it ask the query's question (one test each)
     pairs = await _hop_rows(ctx, LINKS_SQL, Source.LINKS)
     for r, c in pairs:
         # A reply to a seed that asks the query's question is that question's answer.
-        if (
-            r["label"] == "reply_to"
-            and r["dir"] == "from"
-            and r["seed_asks"]
-            and asks_about(r["seed_text"] or "", ctx.intent.keywords, ctx.intent.name_terms)
-        ):
+        reply = r["label"] == "reply_to" and r["dir"] == "from" and r["seed_asks"]
+        if reply and r["seed"] not in asks:
+            intent = ctx.intent
+            asks[r["seed"]] = asks_about(r["seed_text"] or "", intent.keywords, intent.name_terms)
+        if reply and asks[r["seed"]]:
             kind, via = ANSWERS_QUESTION, f"replies to the question {r['seed']}"
         else:
             kind = r["label"]
