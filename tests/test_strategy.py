@@ -29,13 +29,14 @@ def test_selector_decision_tree():
     )
 
 
-def test_plan_force_and_recency_off_for_past_window():
-    intent = QueryIntent(
-        query="q",
-        query_type=QueryType.FACTUAL,
-        keywords=("x",),
-        time_range=TimeRange(NOW, NOW, "last_week"),
+def _windowed(relative: str, qtype: QueryType = QueryType.FACTUAL) -> QueryIntent:
+    return QueryIntent(
+        query="q", query_type=qtype, keywords=("x",), time_range=TimeRange(NOW, NOW, relative)
     )
+
+
+def test_plan_force_and_recency_off_for_past_window():
+    intent = _windowed("last_week")
     p = plan(intent)
     assert p.strategy == Strategy.TEMPORAL and p.preset.recency_weight == 0.0
     assert plan(intent, force=Strategy.SEMANTIC_ONLY).strategy == Strategy.SEMANTIC_ONLY
@@ -45,19 +46,8 @@ def test_plan_force_and_recency_off_for_past_window():
 def test_a_vague_window_is_preferred_not_first():
     """最近 / recently name no edges: the temporal leg still searches the last weeks, but a
     memory of the topic from before them is not put behind every memory inside."""
-    intent = QueryIntent(
-        query="q",
-        query_type=QueryType.TEMPORAL,
-        keywords=("x",),
-        time_range=TimeRange(NOW, NOW, "recent"),
-    )
-    p = plan(intent)
+    p = plan(_windowed("recent", QueryType.TEMPORAL))
     assert p.strategy == Strategy.TEMPORAL and p.preset.window is None
     assert "a vague window: preferred, not first" in p.reasons
-    named = QueryIntent(
-        query="q",
-        query_type=QueryType.TEMPORAL,
-        keywords=("x",),
-        time_range=TimeRange(NOW, NOW, "last_week"),
-    )
-    assert plan(named).preset.window == PRESETS[Strategy.TEMPORAL].window is not None
+    named = plan(_windowed("last_week", QueryType.TEMPORAL))
+    assert named.preset.window == PRESETS[Strategy.TEMPORAL].window is not None
