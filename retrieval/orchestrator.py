@@ -40,6 +40,7 @@ from retrieval.models import (
     TimeRange,
 )
 from retrieval.passages.budget import MAX_BUDGET_CHARS, fit
+from retrieval.passages.split import SPLIT_ABOVE
 from retrieval.query_embedding import EmbeddingBusy, QueryEmbeddings, cut_texts
 from retrieval.replicas import CONNECTION_ERRORS, ReadRouter
 from retrieval.rerank import blend_lex, fuse_first_wave, highlights, lex_inputs, lex_signal, rerank
@@ -521,7 +522,14 @@ class Orchestrator:
                 seeds = await asyncio.to_thread(
                     choose_seeds, found, p.preset, given_seeds, ctx.intent.query
                 )
-                sctx = replace(ctx, seeds=seeds)
+                named = {x for x, _ in seeds}
+                long_seeds = frozenset(
+                    c.external_id
+                    for cands in found.values()
+                    for c in cands
+                    if c.external_id in named and len(c.content) > SPLIT_ABOVE
+                )
+                sctx = replace(ctx, seeds=seeds, long_seeds=long_seeds)
                 more = {
                     s: asyncio.ensure_future(self._run_source(sctx, s, embedding))
                     for s in expanders

@@ -10,7 +10,7 @@ import asyncio
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
@@ -247,6 +247,9 @@ class SearchContext:
     postings_per_term: int = POSTINGS_PER_TERM
     # The first wave's best candidates (external id, fused score), for the expansion sources.
     seeds: tuple[tuple[str, float], ...] = ()
+    # Seeds that are long memories (split into passages): the entity source does not start
+    # from them (entity()).
+    long_seeds: frozenset[str] = frozenset()
     entity_max_df: int = ENTITY_MAX_DF
     entity_min_seeds: int = 1
     # The request's "now" (the exploration slot searches before now - EXPLORE_AFTER).
@@ -671,7 +674,15 @@ async def links(ctx: SearchContext) -> list[Candidate]:
 
 
 async def entity(ctx: SearchContext) -> list[Candidate]:
-    """Memories naming what a seed names (「アオバ」, 山田真由), unless too common to mean anything."""
+    """Memories naming what a seed names (「アオバ」, 山田真由), unless too common to mean anything.
+    Not from a long memory: an article or minutes of thousands of characters names dozens of
+    people and things, so sharing one of them with it says little of the question, and finding
+    every memory that shares any was this source's whole cost on the long-memory set (p50 49
+    ms, for no change in its ranking: docs/benchmarks.md)."""
+    short = tuple(s for s in ctx.seeds if s[0] not in ctx.long_seeds)
+    if ctx.seeds and not short:
+        raise Skip("every seed is a long memory: what it names says little of the question")
+    ctx = replace(ctx, seeds=short)
     pairs = await _hop_rows(
         ctx,
         ENTITY_SQL,

@@ -478,3 +478,26 @@ async def test_the_entity_hop_needs_no_other_leg(rt, ns):
     assert reply.hop is not None and reply.hop.kind == "answers_question"
     same = {c.external_id: c for c in await thread(ctx)}["reply"]
     assert same.hop is not None and same.hop.kind == "thread" and same.score == 1.0
+
+
+async def test_the_entity_source_does_not_start_from_a_long_memory(rt, ns):
+    """An article names dozens of things; sharing one with it says little. A long seed alone:
+    the source skips; beside a short seed, only the short one leads anywhere."""
+    from retrieval.passages.split import SPLIT_ABOVE
+    from retrieval.sources import entity
+
+    filler = "会議では予定と担当と進め方をひとつずつ確かめ、次の週の作業を決めた。" * 80
+    items = [
+        {"id": "long", "content": "「アオバ」の会議録。" + filler},
+        {"id": "short", "content": "「ヒスイ」の担当は山田真由さん。"},
+        {"id": "via-long", "content": "「アオバ」の締め切りは3月10日。"},
+        {"id": "via-short", "content": "「ヒスイ」の締め切りは4月2日。"},
+    ]
+    assert len(items[0]["content"]) > SPLIT_ABOVE
+    await _put(rt, ns, items)
+    ctx = _ctx(rt, ns, "締め切りはいつ？", long_seeds=frozenset({"long"}))
+    with pytest.raises(Skip):
+        await entity(replace(ctx, seeds=(("long", 1.0),)))
+    got = await entity(replace(ctx, seeds=(("long", 1.0), ("short", 0.8))))
+    assert [c.external_id for c in got] == ["via-short"]
+    assert {c.hop.seed for c in got} == {"short"}
