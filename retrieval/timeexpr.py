@@ -489,12 +489,15 @@ class _Found:
     range: TimeRange
 
 
-def _resolve(c: _Ctx, core: list[Atom], text: str, fuzzy: bool) -> TimeRange | None:
+def _resolve(
+    c: _Ctx, core: list[Atom], text: str, fuzzy: bool
+) -> tuple[_Window | None, TimeRange | None]:
+    """The atoms' window and its range (None, None for a date not to hold)."""
     try:
         w = _compose(c, core)
-        return _to_range(c, w, text, fuzzy) if w is not None else None
+        return w, _to_range(c, w, text, fuzzy) if w is not None else None
     except (ValueError, OverflowError):  # 2025年2月30日, 3000年前: a date, but not one to hold
-        return None
+        return None, None
 
 
 # How far `now` moves to tell an expression that counts from it (先週, recently) from one that
@@ -518,14 +521,14 @@ def _anchored(
         return found[0].range
     relative = stated = None
     for f in found:
-        if _resolve(probe, f.core, f.text, f.fuzzy) == f.range:
+        if _resolve(probe, f.core, f.text, f.fuzzy)[1] == f.range:
             stated = stated or f
         else:
             relative = relative or f
     if relative is None or stated is None or stated.range.end is None:
         return found[0].range
     anchor = stated.range.end - timedelta(microseconds=1)
-    counted = _resolve(_Ctx(anchor, zone, recent_days), relative.core, relative.text, False)
+    _, counted = _resolve(_Ctx(anchor, zone, recent_days), relative.core, relative.text, False)
     if counted is None or counted.start is None or counted.end is None:
         return stated.range
     start = min(counted.start, stated.range.start or counted.start)
@@ -554,13 +557,9 @@ def parse_time(
         s, e = group[0].start, group[-1].end
         if not core:
             continue
-        rng = _resolve(c, core, text[s:e], fuzzy)
-        if rng is None and core[0].kind in ("part", "day", "part_en"):
-            try:
-                if _compose(c, core) is None:
-                    continue  # 初め, 末, 3日 alone: not a time expression
-            except (ValueError, OverflowError):
-                pass
+        w, rng = _resolve(c, core, text[s:e], fuzzy)
+        if w is None and core[0].kind in ("part", "day", "part_en"):
+            continue  # 初め, 末, 3日 alone: not a time expression
         out.spans.append((s, e))
         if rng is not None:
             found.append(_Found(core, fuzzy, text[s:e], rng))
