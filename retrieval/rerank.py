@@ -25,7 +25,7 @@ from retrieval.models import (
     TimeRange,
     WindowMode,
 )
-from retrieval.passages.highlight import clean, focus, weighted_coverage
+from retrieval.passages.highlight import clean, focus_all, weighted_coverage
 from retrieval.passages.split import SPLIT_ABOVE, Span
 from retrieval.strategy import Preset
 
@@ -337,7 +337,8 @@ def highlights(
                 found.setdefault(c.id, []).extend(c.passages)
     q = tuple(char_ngrams(query, 2))
     floor = min((x for got in found.values() for _, _, x in got), default=0.0)
-    return {c.id: focus(c.content, found.get(c.id, ()), q, floor) for c in cands}
+    spans = focus_all([(c.content, found.get(c.id, ())) for c in cands], q, floor)
+    return {c.id: span for c, span in zip(cands, spans, strict=True)}
 
 
 def lex_inputs(

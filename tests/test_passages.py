@@ -5,11 +5,20 @@ from datetime import UTC, datetime
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from retrieval.ingest import embedding_load, mean_direction, parse_items
 from retrieval.models import Highlight, RetrievalOptions, RetrievalResult
 from retrieval.passages.budget import fit
-from retrieval.passages.highlight import clean, focus
+from retrieval.passages.highlight import (
+    bm25_idf,
+    clean,
+    focus,
+    focus_all,
+    span_index,
+    weighted_coverage,
+)
 from retrieval.passages.split import (
     OVERLAP_MAX_CHARS,
     PASSAGE_MAX_CHARS,
@@ -117,6 +126,69 @@ def test_a_name_most_passages_hold_does_not_choose_the_highlight():
     text = "\n\n".join(paragraphs)
     got, _ = focus(text, (), _grams("グスタフマーラーの兄弟"))
     assert "兄弟" in text[got.start : got.end]
+
+
+def _by_substring(
+    content: str, found: list[tuple[int, int, float]], grams: tuple[str, ...], floor: float
+) -> dict[tuple[int, int], float]:
+    """What the index computes, the plain way: each span's weighted share of the query's
+    bigrams (substring tests on its cleaned text) plus the vector credit."""
+    top = max((x for _, _, x in found), default=0.0) - floor
+    spans = [(s.start, s.end) for s in pack(content)]
+    spans += [(a, b) for a, b, _ in found if (a, b) not in spans and top > 0]
+    held = {ab: {g for g in grams if g in clean(content[ab[0] : ab[1]])} for ab in spans}
+    cover = weighted_coverage(held, grams, bm25_idf)
+    vec = dict.fromkeys(spans, 0.0)
+    for a, b, x in found:
+        if top > 0:
+            vec[(a, b)] = max(vec[(a, b)], max(x - floor, 0.0) / top)
+    return {ab: cover[ab] + 0.5 * vec[ab] for ab in spans}
+
+
+# Text of CJK, Latin, digits, a character beyond the BMP (the index's wide codes), sentence
+# ends, commas and blanks.
+_CHARS = st.sampled_from(list("富士山の標高はメートル将棋駒abcXYZ019𠮷🍣。、！？. ,\n　"))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    texts=st.lists(st.text(_CHARS, min_size=650, max_size=1000), min_size=1, max_size=3),
+    query=st.text(_CHARS, min_size=1, max_size=12),
+    picks=st.lists(st.tuples(st.integers(0, 50), st.floats(0.7, 0.95)), max_size=3),
+    old_cut=st.booleans(),
+)
+def test_the_indexed_highlight_is_a_best_span_by_plain_substring_tests(
+    texts: list[str], query: str, picks: list[tuple[int, float]], old_cut: bool
+) -> None:
+    q = clean(query)
+    grams = tuple({q[i : i + 2] for i in range(len(q) - 1)} or ({q} if q else set()))
+    items = []
+    for text in texts:
+        spans = pack(text)
+        found = [(spans[i % len(spans)].start, spans[i % len(spans)].end, x) for i, x in picks]
+        if spans and old_cut:
+            found.append((0, min(len(text), 333), 0.9))  # a passage no pack() of today makes
+        items.append((text, found if spans else []))
+    for (text, found), (span, cleaned) in zip(items, focus_all(items, grams, 0.7), strict=True):
+        oracle = _by_substring(text, found, grams, 0.7)
+        if not oracle:  # nothing but blanks and punctuation
+            assert span == Span(0, len(text), True)
+            continue
+        assert oracle[span.bounds] == pytest.approx(max(oracle.values()), abs=1e-9)
+        assert cleaned == clean(text[span.start : span.end])
+
+
+def test_the_span_index_is_compact_and_batched_highlights_match_single_ones():
+    text = "\n\n".join(TOPICS * 6)
+    ix = span_index(text)
+    assert ix.codes.dtype == np.uint32 and ix.owner.dtype == np.int16  # every character in the BMP
+    assert ix.nbytes < 7 * len(text)
+    assert span_index("𠮷野家の牛丼。" * 100).codes.dtype == np.int64
+    grams = ("富士", "将棋", "標高")
+    items = [(text, []), ("短いメモ。", []), (" " * 700, []), (text, [(0, 50, 0.9)])]
+    assert focus_all(items, grams) == [focus(c, f, grams) for c, f in items]
+    assert focus_all([], grams) == []
+    assert focus(" " * 700, (), grams) == (Span(0, 700, True), "")
 
 
 def _result(rid: str, content: str, hl: tuple[int, int] | None) -> RetrievalResult:

@@ -11,20 +11,29 @@ times its similarity to the query, min-max scaled between the least similar pass
 leg returned (`floor`: what a passage it did not return has at most) and the best it found in
 this memory (0 for one it did not find). The best span wins; the earlier one on a tie.
 
-A memory's spans and their cleaned texts are cached (by bytes): a long memory is a candidate
-of many queries, and cleaning its 38,000 characters again for each cost more than the rest of
-the reranking.
+A long memory's spans and the character bigrams each holds are indexed once and cached (by
+bytes): a long memory is a candidate of many queries, and testing each of its spans for each of
+the query's bigrams again (a 38,000-character article has some 70 spans) cost more than the
+rest of the reranking — 22 ms a longdoc query in the reranker, and as much again in choosing
+the seeds of the second wave. With the index (SpanIndex: each span's bigrams as sorted integer
+codes) a candidate's coverage is one binary search of all the query's bigrams, and a request's
+candidates are scored together (focus_all): 50 long candidates of the longdoc set cost ~6 ms
+where testing substrings cost ~19 (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from typing import TypeVar
+
+import numpy as np
 
 from retrieval.cache import ByteLRU
 from retrieval.passages.split import PASSAGE_MAX_CHARS, Span, pack
@@ -37,9 +46,14 @@ VECTOR_WEIGHT = 0.5
 # What clean() drops: anything but letters and digits (str.isalnum), "_" included.
 _NON_WORD = re.compile(r"[\W_]+")
 
-# Spans and cleaned texts of the long memories seen lately: about 2 bytes a character of
-# content (spans overlap a little), so 32 MB hold some 16 million characters.
-CLEAN_CACHE_BYTES = 32 * 1024 * 1024
+# The span indexes of the long memories seen lately: about 6 bytes a character of content (a
+# bigram code and the span holding it; 12 where a character lies beyond the BMP), so 64 MB hold
+# some 10 million characters (the longdoc set's 909 articles are 5.5 million).
+INDEX_CACHE_BYTES = 64 * 1024 * 1024
+
+# A span's number sits below the bigram in the key SpanIndex.of() sorts by (a memory of
+# 100,000 characters has far fewer spans).
+_SPAN_BITS = 17
 
 
 def clean(text: str) -> str:
@@ -47,18 +61,68 @@ def clean(text: str) -> str:
     return _NON_WORD.sub("", unicodedata.normalize("NFKC", text).lower())
 
 
-def _spans_of(content: str) -> dict[tuple[int, int], str]:
-    return {(s.start, s.end): clean(content[s.start : s.end]) for s in pack(content)}
+@dataclass(eq=False)
+class SpanIndex:
+    """A long memory's spans (as pack() cuts it) and which character bigrams each span's
+    cleaned text holds: `codes` sorted (two code points, `shift` bits apart: 16 when every
+    character is in the BMP, else 21), `owner` the span of each (a bigram once per span)."""
+
+    spans: tuple[tuple[int, int], ...]
+    shift: int
+    codes: np.ndarray
+    owner: np.ndarray
+
+    @classmethod
+    def of(cls, content: str) -> SpanIndex:
+        spans = tuple((s.start, s.end) for s in pack(content))
+        texts = [clean(content[a:b]) for a, b in spans]
+        # One pass over the spans' texts, each ended by a NUL (clean() keeps none): a bigram
+        # that holds one is no bigram of a span.
+        cp = np.frombuffer("\0".join([*texts, ""]).encode("utf-32-le"), dtype=np.uint32)
+        cp = cp.astype(np.int64)
+        shift = 16 if cp.size == 0 or int(cp.max()) < 1 << 16 else 21
+        span = np.repeat(np.arange(len(texts), dtype=np.int64), [len(t) + 1 for t in texts])
+        real = (cp[:-1] != 0) & (cp[1:] != 0)
+        code = (cp[:-1] << shift) | cp[1:]
+        key = np.sort((code[real] << _SPAN_BITS) | span[:-1][real])
+        key = key[np.diff(key, prepend=-1) != 0]  # np.unique: 10x slower here
+        narrow = shift == 16 and len(texts) < 1 << 15
+        return cls(
+            spans,
+            shift,
+            (key >> _SPAN_BITS).astype(np.uint32 if narrow else np.int64),
+            (key & ((1 << _SPAN_BITS) - 1)).astype(np.int16 if narrow else np.int32),
+        )
+
+    @property
+    def nbytes(self) -> int:
+        return 200 + 16 * len(self.spans) + self.codes.nbytes + self.owner.nbytes
+
+    @functools.cached_property
+    def position(self) -> dict[tuple[int, int], int]:
+        """Each span's place in `spans`."""
+        return {ab: k for k, ab in enumerate(self.spans)}
 
 
-_CLEAN: ByteLRU[dict[tuple[int, int], str]] = ByteLRU(
-    CLEAN_CACHE_BYTES, lambda _k, v: 200 + sum(100 + 2 * len(t) for t in v.values())
-)
+@functools.lru_cache(maxsize=64)
+def bigram_codes(grams: tuple[str, ...], shift: int) -> np.ndarray:
+    """The bigrams as SpanIndex codes (-1 for one a 16-bit index cannot hold), then each code
+    plus one: searched for together, they bound each bigram's run of codes. A request asks
+    for them once per candidate."""
+    q = np.fromiter(
+        ((ord(g[0]) << shift) | ord(g[1]) if max(map(ord, g)) < 1 << shift else -1 for g in grams),
+        np.int64,
+        len(grams),
+    )
+    return np.concatenate((q, q + 1))
 
 
-def cleaned_spans(content: str) -> dict[tuple[int, int], str]:
-    """A long memory's spans (start, end) with their cleaned texts (cached)."""
-    return _CLEAN.get_or_compute(content, lambda: _spans_of(content))
+_INDEX: ByteLRU[SpanIndex] = ByteLRU(INDEX_CACHE_BYTES, lambda _k, v: v.nbytes)
+
+
+def span_index(content: str) -> SpanIndex:
+    """A long memory's span index (cached)."""
+    return _INDEX.get_or_compute(content, lambda: SpanIndex.of(content))
 
 
 def lex_idf(n: int, df: int) -> float:
@@ -87,6 +151,97 @@ def weighted_coverage(
     return {k: sum(w[g] for g in h) / denom for k, h in held.items()}
 
 
+def span_coverages(
+    contents: Sequence[str],
+    grams: Sequence[str],
+    extras: Sequence[Sequence[tuple[int, int]]],
+) -> list[tuple[list[tuple[int, int]], np.ndarray]]:
+    """For each long memory of `contents`: its spans (pack()'s, then those of `extras` an older
+    cut made) and weighted_coverage(…, bm25_idf) of the query's bigrams `grams` by each, read
+    through the memories' indexes in one pass (per memory, one binary search of all bigrams)."""
+    if not contents:
+        return []
+    g = tuple(grams)
+    ixs = [span_index(c) for c in contents]
+    spans = [
+        [*ix.spans, *(ab for ab in dict.fromkeys(ex) if ab not in ix.position)]
+        for ix, ex in zip(ixs, extras, strict=True)
+    ]
+    if not g or any(len(x) != 2 for x in g):  # a one-character query: tested by substring
+        out = []
+        for content, sp in zip(contents, spans, strict=True):
+            each = weighted_coverage(
+                {ab: set(filter(clean(content[ab[0] : ab[1]]).__contains__, g)) for ab in sp},
+                g,
+                bm25_idf,
+            )
+            out.append((sp, np.fromiter((each[ab] for ab in sp), np.float64, len(sp))))
+        return out
+    sizes = np.array([len(sp) for sp in spans], np.int64)
+    offsets = np.cumsum(sizes) - sizes
+    held = np.zeros((len(ixs), len(g)), np.int64)  # how many spans of each memory hold each
+    owners = []
+    late: list[tuple[int, int, np.ndarray]] = []  # (memory, its first extra, [gram, extra])
+    for j, (ix, sp, content) in enumerate(zip(ixs, spans, contents, strict=True)):
+        lohi = ix.codes.searchsorted(bigram_codes(g, ix.shift))
+        lo, n = lohi[: len(g)], lohi[len(g) :] - lohi[: len(g)]
+        held[j] = n
+        at = np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+        owners.append(ix.owner[at].astype(np.int64) + offsets[j])
+        if len(sp) > len(ix.spans):
+            texts = [clean(content[a:b]) for a, b in sp[len(ix.spans) :]]
+            late.append((j, len(ix.spans), np.array([[x in t for t in texts] for x in g])))
+    df = held.copy()
+    for j, _, m in late:
+        df[j] += m.sum(axis=1)
+    w = np.log1p((sizes[:, None] - df + 0.5) / (df + 0.5))  # bm25_idf, memory by memory
+    denom = w.sum(axis=1)
+    denom[denom == 0] = 1.0
+    cover: np.ndarray = np.bincount(
+        np.concatenate(owners),
+        weights=np.repeat(w.ravel(), held.ravel()),
+        minlength=int(sizes.sum()),
+    ).astype(np.float64)
+    for j, first, m in late:
+        cover[offsets[j] + first : offsets[j] + sizes[j]] = w[j] @ m
+    cover /= np.repeat(denom, sizes)
+    return [(sp, cover[o : o + len(sp)]) for sp, o in zip(spans, offsets, strict=True)]
+
+
+def focus_all(
+    items: Sequence[tuple[str, Sequence[tuple[int, int, float]]]],
+    grams: Sequence[str],
+    floor: float = 0.0,
+) -> list[tuple[Span, str]]:
+    """focus() of each (content, found passages), the long memories' coverage in one pass."""
+    out: list[tuple[Span, str]] = [(Span(0, len(c), True), "") for c, _ in items]
+    longs = []
+    for i, (content, found) in enumerate(items):
+        if len(content) <= PASSAGE_MAX_CHARS:
+            out[i] = (Span(0, len(content), True), clean(content))
+            continue
+        top = max((x for _, _, x in found), default=0.0) - floor
+        inside = [(a, b, x) for a, b, x in found if 0 <= a < b <= len(content) and top > 0]
+        longs.append((i, content, inside, top))
+    covered = span_coverages(
+        [c for _, c, _, _ in longs], grams, [[(a, b) for a, b, _ in f] for _, _, f, _ in longs]
+    )
+    for (i, content, inside, top), (spans, cover) in zip(longs, covered, strict=True):
+        if not spans:  # nothing but blanks
+            out[i] = (Span(0, len(content), True), clean(content))
+            continue
+        vec = np.zeros(len(spans))
+        if inside:
+            at = {ab: k for k, ab in enumerate(spans)}
+            for a, b, x in inside:
+                vec[at[(a, b)]] = max(vec[at[(a, b)]], max(x - floor, 0.0) / top)
+        # The earlier on a tie: sums of equal weights added in another order differ in the
+        # last bits.
+        a, b = spans[int(np.argmax(np.round(cover + VECTOR_WEIGHT * vec, 12)))]
+        out[i] = (Span(a, b), clean(content[a:b]))
+    return out
+
+
 def focus(
     content: str,
     found: Sequence[tuple[int, int, float]],
@@ -97,18 +252,4 @@ def focus(
     memory; of a long one, the passage that covers most of the query's bigrams `grams`
     (weighted within the memory), found passages (start, end, score) counting VECTOR_WEIGHT at
     most."""
-    if len(content) <= PASSAGE_MAX_CHARS:
-        return Span(0, len(content), True), clean(content)
-    texts = dict(cleaned_spans(content))
-    top = max((x for _, _, x in found), default=0.0) - floor
-    vec = dict.fromkeys(texts, 0.0)
-    for a, b, x in found:
-        if 0 <= a < b <= len(content) and top > 0:
-            if (a, b) not in texts:  # a passage of an older cut
-                texts[(a, b)] = clean(content[a:b])
-            vec[(a, b)] = max(vec.get((a, b), 0.0), max(x - floor, 0.0) / top)
-    cover = weighted_coverage(
-        {ab: set(filter(t.__contains__, grams)) for ab, t in texts.items()}, grams, bm25_idf
-    )
-    best = max(vec, key=lambda ab: cover[ab] + VECTOR_WEIGHT * vec[ab])
-    return Span(*best), texts[best]
+    return focus_all([(content, found)], grams, floor)[0]
