@@ -131,10 +131,19 @@ def build(api: Callable[[Context], AsyncRetrievalClient]) -> MCPServer:
                 "memory that does not fit whole comes as the part that answers."
             ),
         ] = None,
+        timezone: Annotated[
+            str | None,
+            Field(
+                description="The IANA time zone (Europe/London) the query's time words "
+                "(yesterday, 先週) are read in; default the service's."
+            ),
+        ] = None,
     ) -> str:
         options: dict[str, Any] = {"context_window": context_window}
         if max_chars is not None:
             options["max_chars"] = max_chars
+        if timezone is not None:
+            options["timezone"] = timezone
         if start or end:
             options["time_range"] = {"start": start, "end": end}
         try:

@@ -102,6 +102,7 @@ async def test_a_key_can_do_nothing_in_another_namespace(server):
         ("search_memories", {"query": "出張", "start": "yesterday"}, "options.time_range.start"),
         ("search_memories", {"query": "出張", "context_window": 9}, "options.context_window"),
         ("search_memories", {"query": "出張", "max_chars": 0}, "options.max_chars"),
+        ("search_memories", {"query": "昨日の出張", "timezone": "Mars/Olympus"}, "options.timezone"),
         ("remember", {"memories": [{"content": "ok"}, {"content": "x", "created_at": "昨日"}]},
          "memories.1.created_at"),
         ("remember", {"memories": []}, "memories"),
