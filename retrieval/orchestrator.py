@@ -109,6 +109,18 @@ def choose_seeds(
     return tuple(seeds.items())
 
 
+def _aware(value: datetime | None, zone: ZoneInfo) -> datetime | None:
+    """A naive instant read in `zone` (a library caller's; the API takes only aware ones)."""
+    return value if value is None or value.tzinfo else value.replace(tzinfo=zone)
+
+
+def _in_zone(tr: TimeRange | None, zone: ZoneInfo) -> TimeRange | None:
+    """A caller's window with its naive ends read in `zone`."""
+    if tr is None:
+        return None
+    return replace(tr, start=_aware(tr.start, zone), end=_aware(tr.end, zone))
+
+
 class _StageClock:
     """Milliseconds per stage of one retrieve, and the CPU seconds of the stages it timed
     (on the thread that ran them: other requests' work on the machine is not counted)."""
@@ -234,22 +246,21 @@ class Orchestrator:
                     "reason": f"must be between 1 and {MAX_BUDGET_CHARS}",
                 }
             )
-        tr = options.time_range
-        if tr and tr.start and tr.end and tr.start >= tr.end:
-            errors.append({"field": "options.time_range", "reason": "start must be before end"})
         try:
-            self._zone(options)
+            zone = self._zone(options)
         except ValueError:
             errors.append({"field": "options.timezone", "reason": "not a known IANA time zone"})
+            zone = self.tz
+        tr = _in_zone(options.time_range, zone)
+        if tr and tr.start and tr.end and tr.start >= tr.end:
+            errors.append({"field": "options.time_range", "reason": "start must be before end"})
         for name, value in (
-            ("options.now", options.now),
+            ("options.now", _aware(options.now, zone)),
             ("options.time_range.start", tr.start if tr else None),
             ("options.time_range.end", tr.end if tr else None),
         ):
             try:
-                check_instant(
-                    value if value is None or value.tzinfo else value.replace(tzinfo=self.tz)
-                )
+                check_instant(value)
             except ValueError as exc:
                 errors.append({"field": name, "reason": str(exc)})
         if errors:
@@ -274,9 +285,9 @@ class Orchestrator:
         t0 = time.perf_counter()
         q = self.validate(query, options)
         zone = self._zone(options)
-        now = options.now or datetime.now(zone)
-        if now.tzinfo is None:
-            now = now.replace(tzinfo=zone)
+        now = _aware(options.now, zone) or datetime.now(zone)
+        # A naive time_range is read in the request's zone too (as its time words are).
+        options = replace(options, time_range=_in_zone(options.time_range, zone))
         clock = _StageClock()
         # The embedding (the costliest stage) overlaps the analysis and the sources that need
         # no vector: those start as soon as the analysis has chosen the plan.

@@ -101,6 +101,12 @@ async def test_sources_run_concurrently(analyzer):
         ("ok", RetrievalOptions(limit=0), "options.limit"),
         ("ok", RetrievalOptions(limit=1000), "options.limit"),
         ("ok", RetrievalOptions(time_range=TimeRange(NOW, NOW)), "options.time_range"),
+        # A library caller's naive start (read in the service's zone, Tokyo): after the end.
+        (
+            "ok",
+            RetrievalOptions(time_range=TimeRange(datetime(2030, 1, 1), NOW)),
+            "options.time_range",
+        ),
         (
             "ok",
             RetrievalOptions(now=datetime.fromisoformat("0001-01-01T00:00:00+09:00")),

@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from retrieval.models import Strategy
+from retrieval.models import Strategy, TimeRange
 from tests.helpers import NOW_UTC as NOW
 from tests.helpers import ids_of as _ids
 from tests.helpers import ingest_items as _ingest
@@ -276,3 +276,16 @@ async def test_one_request_holds_at_most_its_connection_budget(rt, ns):
         await orch.close()
         assert resp.results and not resp.metadata.degraded, resp.metadata.degraded
         assert 1 <= pool.most <= budget, (budget, pool.most)
+
+
+async def test_a_naive_window_is_read_in_the_requests_time_zone(rt, ns):
+    """A library caller's naive time_range, like its naive `now`, is in options.timezone: 9:30
+    to 10:30 holds a memory of 10:00 in Tokyo, and not when the caller's clock is UTC."""
+    await _ingest(
+        rt, ns, [{"id": "jst", "content": "朝会のメモ", "created_at": "2026-01-01T10:00:00+09:00"}]
+    )
+    window = TimeRange(datetime(2026, 1, 1, 9, 30), datetime(2026, 1, 1, 10, 30))
+    ids, resp = await _ids(rt, "朝会のメモ", ns, time_range=window, timezone="Asia/Tokyo")
+    assert ids == ["jst"], resp.metadata.search_breakdown
+    ids, _ = await _ids(rt, "朝会のメモ", ns, time_range=window, timezone="UTC")
+    assert ids == []
