@@ -20,11 +20,13 @@ from retrieval.passages.highlight import (
     weighted_coverage,
 )
 from retrieval.passages.split import (
+    _END,
     OVERLAP_MAX_CHARS,
     PASSAGE_MAX_CHARS,
     SPLIT_ABOVE,
     Span,
     pack,
+    sentence_ends,
     sentences,
     split_passages,
 )
@@ -73,6 +75,15 @@ def test_sentences_end_at_japanese_and_english_ends_and_at_line_breaks():
         "Version 3.14 is out!",
         "Done",
     ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(st.sampled_from(list("文。！？!?．.…\n \t　a1)」’\"'")), max_size=60))
+def test_sentence_ends_are_the_regexs_own_matches(text: str) -> None:
+    def spans(ms):
+        return [(m.start(), m.end(), m.group("nl")) for m in ms]
+
+    assert spans(sentence_ends(text)) == spans(_END.finditer(text))
 
 
 def test_a_sentence_longer_than_a_passage_is_cut_at_a_comma_and_a_short_last_sentence_overlaps():
