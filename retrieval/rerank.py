@@ -102,11 +102,18 @@ class Expanded:
 
 
 def expand(
-    fused: dict[int, Fused], per_source: Mapping[Source, Sequence[Candidate]], preset: Preset
+    fused: dict[int, Fused],
+    per_source: Mapping[Source, Sequence[Candidate]],
+    preset: Preset,
+    named: frozenset[str] = frozenset(),
 ) -> tuple[dict[int, Fused], Expanded]:
     """Add what the expansion sources reached, each memory scored by its best hop (hop_score)
-    from its seed's fused score; a seed the caller named and no source found counts as the
-    best fused score."""
+    from its seed's fused score; a seed the caller named (`named`) and no source found counts
+    as the best fused score.
+
+    Adjacency alone makes no result: a memory no first-wave source found, reached by a hop that
+    does not answer from a seed the caller did not name, is context of its seed (returned with
+    it: options.context_window), not a competitor of the memories that match the question."""
     out = dict(fused)
     top = max((f.score for f in fused.values()), default=1.0)
     seed_score = {f.candidate.external_id: f.score for f in fused.values()}
@@ -124,6 +131,8 @@ def expand(
             if source == Source.ENTITY and not answers(hop) and hop.added < MIN_ENTITY_ADDED:
                 continue
             own = fused[c.id].score if c.id in fused else 0.0
+            if not own and not answers(hop) and hop.seed not in named:
+                continue
             seed = seed_score.get(hop.seed, top)
             score = hop_score(own, seed, c.score * top, hop, w, preset)
             if answers(hop):
@@ -524,11 +533,15 @@ def rerank(
     query: str = "",
     diversify_by: str | None = None,
     per_bucket: int = 0,
+    named_seeds: tuple[str, ...] = (),
 ) -> tuple[list[ScoredResult], dict[str, int]]:
     """Fuse, add what expansion reached, admit the top `rerank_top` by quotas (window first),
     add the character n-gram signal, decay by age, dedupe, threshold, diversify, label and
-    explain."""
-    fused, expanded = expand(fuse_first_wave(per_source, preset), per_source, preset)
+    explain. `named_seeds`: the memories the caller named as the conversation's (what
+    their hops reach counts even where it matches nothing)."""
+    fused, expanded = expand(
+        fuse_first_wave(per_source, preset), per_source, preset, frozenset(named_seeds)
+    )
     first = preset.window is WindowMode.FIRST and window is not None
 
     def placed(c: Candidate) -> float:

@@ -269,7 +269,11 @@ def test_a_chain_that_answers_stands_for_its_memory_and_adjacency_only_adds_a_bo
     out, expanded = expand(fused, per, HYBRID)
     assert out[2].score == pytest.approx(HYBRID.answer_weight * 0.8) and out[2].score > 0.8
     credit = HYBRID.hop_credit * HYBRID.expansion[Source.THREAD] * 0.8
-    assert out[3].score == pytest.approx(credit) and out[3].score < out[1].score
+    # a neighbour that matches nothing is its seed's context, not a result ...
+    assert 3 not in out
+    # ... unless the caller named the seed (the conversation's turn): then it has the credit
+    named, _ = expand(fused, per, HYBRID, frozenset({"m1"}))
+    assert named[3].score == pytest.approx(credit) and named[3].score < named[1].score
     # a memory that matches and sits beside the seed gains the credit on its own score
     assert out[4].score == pytest.approx(0.5 + credit)
     # a shared name that adds too little of the query is no bridge
@@ -281,7 +285,8 @@ def test_a_chain_that_answers_stands_for_its_memory_and_adjacency_only_adds_a_bo
 
 
 def test_a_neighbour_never_outranks_its_seed():
-    """Whatever the scores, a hop that neither answers nor matches stays below its seed."""
+    """Whatever the scores, a hop that neither answers nor matches stays below its seed (and
+    is no result at all unless the caller named the seed)."""
     for seed_score in (0.05, 0.3, 0.7, 1.0):
         seed = cand(1, seed_score, Source.VECTOR)
         fused = {1: Fused(seed, {"vector": seed_score}, seed_score)}
@@ -292,6 +297,8 @@ def test_a_neighbour_never_outranks_its_seed():
             Source.ENTITY: [_hop(4, 1.0, Source.ENTITY, added=1.0)],
         }
         out, _ = expand(fused, per, HYBRID)
+        assert not {2, 3, 4} & out.keys()  # adjacency alone: no result
+        out, _ = expand(fused, per, HYBRID, frozenset({"m1", "s"}))  # seeds the caller named
         assert max(out[i].score for i in (2, 3, 4)) < out[1].score
 
 
