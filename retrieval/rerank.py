@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -286,14 +286,16 @@ def char_ngrams(text: str, n: int = 2) -> set[str]:
 
 # Candidates repeat across queries; a cache saves most of the n-gram work. It is bounded by
 # bytes (about 110 per n-gram: set slot and string object): one 100k-character memory alone
-# makes ~100k n-grams, ~11 MB.
+# makes ~100k n-grams, ~11 MB. Keyed by the memory as well as the text: no entry serves two
+# tenants (one's timing would tell that the other holds the same text).
 NGRAM_CACHE_BYTES = 64 * 1024 * 1024
 _NGRAMS: ByteLRU[frozenset[str]] = ByteLRU(NGRAM_CACHE_BYTES, lambda _k, v: 200 + 110 * len(v))
 
 
-def doc_ngrams(text: str, n: int) -> frozenset[str]:
-    """The character n-grams of a memory's text (cached)."""
-    return _NGRAMS.get_or_compute((text, n), lambda: frozenset(char_ngrams(text, n)))
+def doc_ngrams(text: str, n: int, owner: Hashable = None) -> frozenset[str]:
+    """The character n-grams of a memory's text, cached under (owner, text, n): `owner` is the
+    memory (its id)."""
+    return _NGRAMS.get_or_compute((owner, text, n), lambda: frozenset(char_ngrams(text, n)))
 
 
 def lexical_overlap(
@@ -312,7 +314,7 @@ def lexical_overlap(
         return {k: 0.0 for k in docs}
     pre = cleaned or {}
     grams = {
-        k: set(filter(pre[k].__contains__, q)) if k in pre else doc_ngrams(v, n) & q
+        k: set(filter(pre[k].__contains__, q)) if k in pre else doc_ngrams(v, n, k) & q
         for k, v in docs.items()
     }
     return weighted_coverage(grams, q)
@@ -346,7 +348,9 @@ def highlights(
                 found.setdefault(c.id, []).extend(c.passages)
     q = tuple(char_ngrams(query, 2))
     floor = min((x for got in found.values() for _, _, x in got), default=0.0)
-    spans = focus_all([(c.content, found.get(c.id, ())) for c in cands], q, floor)
+    spans = focus_all(
+        [(c.content, found.get(c.id, ())) for c in cands], q, floor, [c.id for c in cands]
+    )
     return {c.id: span for c, span in zip(cands, spans, strict=True)}
 
 

@@ -160,3 +160,26 @@ def test_fuzzy_window_soft_edge_is_near_not_inside_and_decays():
     near = {r.candidate.id: r.signals["near_window"] for r in out if "near_window" in r.signals}
     assert 1.0 > near[2] > near[3] >= 0.5
     assert "near last_week (on its fuzzy edge" in out[1].reason and "inside" not in out[1].reason
+
+
+def test_no_cache_entry_serves_two_memories_of_the_same_text():
+    """Tenants never see each other's timings: a long memory's span index and a memory's
+    n-gram set were cached by text alone, so a tenant asking about a memory whose text another
+    tenant's memory has and was read lately got its answer faster. Each memory (its id) now
+    has its own entries."""
+    from retrieval import rerank as rr
+    from retrieval.passages import highlight as hl
+
+    text = "共有された長い議事録の本文です。来週の会議は水曜日に移りました。" * 60
+    assert len(text) > hl.PASSAGE_MAX_CHARS
+    mine, theirs = cand(101, 0.9, Source.VECTOR, text), cand(202, 0.9, Source.VECTOR, text)
+    misses, hits = hl._INDEX.misses, hl._INDEX.hits
+    rr.highlights("会議は何曜日", [mine], {Source.VECTOR: [mine]})
+    rr.highlights("会議は何曜日", [theirs], {Source.VECTOR: [theirs]})
+    assert hl._INDEX.misses - misses == 2 and hl._INDEX.hits == hits
+    rr.highlights("会議は何曜日", [theirs], {Source.VECTOR: [theirs]})  # its own entry: a hit
+    assert hl._INDEX.hits == hits + 1
+    short = "会議は水曜日に移りました"
+    misses = rr._NGRAMS.misses
+    got = rr.lexical_overlap("会議は何曜日", {1: short, 2: short})
+    assert got[1] == got[2] > 0 and rr._NGRAMS.misses - misses == 2

@@ -18,7 +18,9 @@ rest of the reranking — 22 ms a longdoc query in the reranker, and as much aga
 the seeds of the second wave. With the index (SpanIndex: each span's bigrams as sorted integer
 codes) a candidate's coverage is one binary search of all the query's bigrams, and a request's
 candidates are scored together (focus_all): 50 long candidates of the longdoc set cost ~6 ms
-where testing substrings cost ~19 (docs/benchmarks.md).
+where testing substrings cost ~19 (docs/benchmarks.md). The cache is keyed by the memory (its
+row id) as well as its text: a tenant's request must not run faster because another tenant's
+memory of the same text was read a moment ago (its timing would tell that the text is there).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import math
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TypeVar
@@ -120,9 +122,10 @@ def bigram_codes(grams: tuple[str, ...], shift: int) -> np.ndarray:
 _INDEX: ByteLRU[SpanIndex] = ByteLRU(INDEX_CACHE_BYTES, lambda _k, v: v.nbytes)
 
 
-def span_index(content: str) -> SpanIndex:
-    """A long memory's span index (cached)."""
-    return _INDEX.get_or_compute(content, lambda: SpanIndex.of(content))
+def span_index(content: str, owner: Hashable = None) -> SpanIndex:
+    """A long memory's span index, cached under (owner, content): `owner` is the memory (its
+    id), so that no entry serves two tenants."""
+    return _INDEX.get_or_compute((owner, content), lambda: SpanIndex.of(content))
 
 
 def lex_idf(n: int, df: int) -> float:
@@ -155,14 +158,17 @@ def span_coverages(
     contents: Sequence[str],
     grams: Sequence[str],
     extras: Sequence[Sequence[tuple[int, int]]],
+    memories: Sequence[Hashable] | None = None,
 ) -> list[tuple[list[tuple[int, int]], np.ndarray]]:
     """For each long memory of `contents`: its spans (pack()'s, then those of `extras` an older
     cut made) and weighted_coverage(…, bm25_idf) of the query's bigrams `grams` by each, read
-    through the memories' indexes in one pass (per memory, one binary search of all bigrams)."""
+    through the memories' indexes in one pass (per memory, one binary search of all bigrams).
+    `memories`: each content's memory (its id: span_index)."""
     if not contents:
         return []
     g = tuple(grams)
-    ixs = [span_index(c) for c in contents]
+    ids = memories if memories is not None else [None] * len(contents)
+    ixs = [span_index(c, m) for c, m in zip(contents, ids, strict=True)]
     spans = [
         [*ix.spans, *(ab for ab in dict.fromkeys(ex) if ab not in ix.position)]
         for ix, ex in zip(ixs, extras, strict=True)
@@ -212,10 +218,13 @@ def focus_all(
     items: Sequence[tuple[str, Sequence[tuple[int, int, float]]]],
     grams: Sequence[str],
     floor: float = 0.0,
+    memories: Sequence[Hashable] | None = None,
 ) -> list[tuple[Span, str]]:
-    """focus() of each (content, found passages), the long memories' coverage in one pass."""
+    """focus() of each (content, found passages), the long memories' coverage in one pass;
+    `memories`: each item's memory (its id), which its span index is cached under."""
     out: list[tuple[Span, str]] = [(Span(0, len(c), True), "") for c, _ in items]
     longs = []
+    ids = list(memories) if memories is not None else [None] * len(items)
     for i, (content, found) in enumerate(items):
         if len(content) <= PASSAGE_MAX_CHARS:
             out[i] = (Span(0, len(content), True), clean(content))
@@ -224,7 +233,10 @@ def focus_all(
         inside = [(a, b, x) for a, b, x in found if 0 <= a < b <= len(content) and top > 0]
         longs.append((i, content, inside, top))
     covered = span_coverages(
-        [c for _, c, _, _ in longs], grams, [[(a, b) for a, b, _ in f] for _, _, f, _ in longs]
+        [c for _, c, _, _ in longs],
+        grams,
+        [[(a, b) for a, b, _ in f] for _, _, f, _ in longs],
+        [ids[i] for i, _, _, _ in longs],
     )
     for (i, content, inside, top), (spans, cover) in zip(longs, covered, strict=True):
         if not spans:  # nothing but blanks
