@@ -131,7 +131,7 @@ def expand(
             if source == Source.ENTITY and not answers(hop) and hop.added < MIN_ENTITY_ADDED:
                 continue
             own = fused[c.id].score if c.id in fused else 0.0
-            if not own and not answers(hop) and hop.seed not in named:
+            if c.id not in fused and not answers(hop) and hop.seed not in named:
                 continue
             seed = seed_score.get(hop.seed, top)
             score = hop_score(own, seed, c.score * top, hop, w, preset)

@@ -274,8 +274,13 @@ def test_a_chain_that_answers_stands_for_its_memory_and_adjacency_only_adds_a_bo
     # ... unless the caller named the seed (the conversation's turn): then it has the credit
     named, _ = expand(fused, per, HYBRID, frozenset({"m1"}))
     assert named[3].score == pytest.approx(credit) and named[3].score < named[1].score
-    # a memory that matches and sits beside the seed gains the credit on its own score
+    # a memory that matches and sits beside the seed gains the credit on its own score, even
+    # the one its source scaled to 0 (found, though the least)
     assert out[4].score == pytest.approx(0.5 + credit)
+    least = cand(6, 0.1, Source.KEYWORD)
+    at_zero = {**fused, 6: Fused(least, {"keyword": 0.0}, 0.0)}
+    out6, _ = expand(at_zero, {**per, Source.THREAD: [_hop(6, 1.0, Source.THREAD)]}, HYBRID)
+    assert out6[6].score == pytest.approx(credit)
     # a shared name that adds too little of the query is no bridge
     assert 5 not in out
     assert expanded.answering == frozenset({2})
