@@ -301,60 +301,88 @@ def _rows(rows: list[asyncpg.Record], source: Source, score_key: str = "score") 
 
 
 async def _knn(ctx: SearchContext, source: Source, window: TimeRange | None) -> list[Candidate]:
-    best: dict[int, Candidate] = {}
     args = ctx.where_args(window)
-    async with leg_connection(ctx) as conn:
-        sql = VECTOR_SQL
-        if args[3] is not None or args[4] is not None:
-            n = await conn.fetchval(
-                WINDOW_COUNT_SQL,
-                args[0],
-                args[3],
-                args[4],
-                EXACT_WINDOW_MAX + 1,
-                timeout=ctx.timeout_s,
-            )
-            sql = EXACT_WINDOW_SQL if n <= EXACT_WINDOW_MAX else WINDOW_VECTOR_SQL
-            ctx.debug[f"{source.value}_exact"] = sql is EXACT_WINDOW_SQL
-        for vec in ctx.vectors:
-            rows = await conn.fetch(sql, *args, vec, ctx.k, timeout=ctx.timeout_s)
-            for c in _rows(rows, source):
-                if c.id not in best or c.score > best[c.id].score:
-                    best[c.id] = c
-        if window is None:
-            await _passages(ctx, conn, source, args, best)
+    passages: asyncio.Future[list[Candidate]] | None = None
+    try:
+        async with leg_connection(ctx) as conn:
+            if window is None:
+                n = await conn.fetchval(
+                    PASSAGE_COUNT_SQL, args[0], EXACT_WINDOW_MAX + 1, timeout=ctx.timeout_s
+                )
+                if n:
+                    # The passages' graph is searched beside the memories', on a connection
+                    # of its own: the leg is on every request's critical path (it starts only
+                    # once the query is embedded), and the two searches do not depend on each
+                    # other.
+                    passages = asyncio.ensure_future(_passage_knn(ctx, source, args, n))
+            best = await _memory_knn(ctx, conn, source, args)
+        # Waited for with this connection given back: with a budget of one connection the
+        # passages' search takes it.
+        found = await passages if passages is not None else []
+    except BaseException:
+        # The leg fails (or is given up) as the failed search did, once the other search has
+        # stopped and given its connection back.
+        if passages is not None:
+            passages.cancel()
+            await asyncio.gather(passages, return_exceptions=True)
+        raise
+    _add_passages(best, found)
     # relaxed_order iterative scans may return rows slightly out of order
     return sorted(best.values(), key=lambda c: c.score, reverse=True)[: ctx.k]
 
 
-async def _passages(
-    ctx: SearchContext,
-    conn: asyncpg.Connection,
-    source: Source,
-    args: tuple[Any, ...],
-    best: dict[int, Candidate],
-) -> None:
-    """Add what the namespace's passages find to `best`: a memory scores its best passage when
-    that beats its own vector (max-sim), and carries the passages found (issue #25)."""
-    n = await conn.fetchval(PASSAGE_COUNT_SQL, args[0], EXACT_WINDOW_MAX + 1, timeout=ctx.timeout_s)
-    if not n:
-        return
-    sql = EXACT_PASSAGE_SQL if n <= EXACT_WINDOW_MAX else PASSAGE_VECTOR_SQL
+async def _memory_knn(
+    ctx: SearchContext, conn: asyncpg.Connection, source: Source, args: tuple[Any, ...]
+) -> dict[int, Candidate]:
+    """The memories nearest the query's vectors by their own vector, each at its best."""
+    best: dict[int, Candidate] = {}
+    sql = VECTOR_SQL
+    if args[3] is not None or args[4] is not None:
+        n = await conn.fetchval(
+            WINDOW_COUNT_SQL, args[0], args[3], args[4], EXACT_WINDOW_MAX + 1, timeout=ctx.timeout_s
+        )
+        sql = EXACT_WINDOW_SQL if n <= EXACT_WINDOW_MAX else WINDOW_VECTOR_SQL
+        ctx.debug[f"{source.value}_exact"] = sql is EXACT_WINDOW_SQL
     for vec in ctx.vectors:
         rows = await conn.fetch(sql, *args, vec, ctx.k, timeout=ctx.timeout_s)
-        for r, c in zip(rows, _rows(rows, source), strict=True):
-            found = tuple(zip(r["starts"], r["ends"], map(float, r["scores"]), strict=True))
-            old = best.get(c.id)
-            if old is not None:
-                merged = {(a, b): x for a, b, x in (*old.passages, *found)}
-                found = tuple(
-                    sorted(((a, b, x) for (a, b), x in merged.items()), key=lambda p: -p[2])
+        for c in _rows(rows, source):
+            if c.id not in best or c.score > best[c.id].score:
+                best[c.id] = c
+    return best
+
+
+async def _passage_knn(
+    ctx: SearchContext, source: Source, args: tuple[Any, ...], n: int
+) -> list[Candidate]:
+    """The memories whose passages are nearest the query's vectors (for each vector in turn;
+    `n`: how many passages the namespace holds, counted up to EXACT_WINDOW_MAX + 1), each
+    scored by its best passage and carrying the passages found."""
+    out: list[Candidate] = []
+    sql = EXACT_PASSAGE_SQL if n <= EXACT_WINDOW_MAX else PASSAGE_VECTOR_SQL
+    async with leg_connection(ctx) as conn:
+        for vec in ctx.vectors:
+            rows = await conn.fetch(sql, *args, vec, ctx.k, timeout=ctx.timeout_s)
+            for r, c in zip(rows, _rows(rows, source), strict=True):
+                c.passages = tuple(
+                    zip(r["starts"], r["ends"], map(float, r["scores"]), strict=True)
                 )
-                if old.score >= c.score:
-                    old.passages = found
-                    continue
-            c.passages = found
-            best[c.id] = c
+                out.append(c)
+    return out
+
+
+def _add_passages(best: dict[int, Candidate], found: list[Candidate]) -> None:
+    """Add what the passages found to `best` (in order): a memory scores its best passage when
+    that beats its own vector (max-sim), and carries the passages found (issue #25)."""
+    for c in found:
+        old = best.get(c.id)
+        if old is not None:
+            merged = {(a, b): x for a, b, x in (*old.passages, *c.passages)}
+            joined = tuple(sorted(((a, b, x) for (a, b), x in merged.items()), key=lambda p: -p[2]))
+            if old.score >= c.score:
+                old.passages = joined
+                continue
+            c.passages = joined
+        best[c.id] = c
 
 
 async def vector(ctx: SearchContext) -> list[Candidate]:

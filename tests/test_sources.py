@@ -4,6 +4,7 @@ legs, exact small windows."""
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
+import pytest
 
 from retrieval.models import Strategy, TimeRange
 from tests.helpers import NOW_UTC as NOW
@@ -289,3 +290,104 @@ async def test_a_naive_window_is_read_in_the_requests_time_zone(rt, ns):
     assert ids == ["jst"], resp.metadata.search_breakdown
     ids, _ = await _ids(rt, "朝会のメモ", ns, time_range=window, timezone="UTC")
     assert ids == []
+
+
+async def _sleeping(rt) -> int:
+    """How many of the test's pg_sleep statements still run (polled until none, at most ~2.5 s:
+    the server ends a statement once asyncpg's cancel request reaches it)."""
+    import asyncio
+
+    for _ in range(50):
+        async with rt.pool.acquire() as conn:
+            n = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+                "AND query = 'SELECT pg_sleep(30)'"
+            )
+        if not n:
+            break
+        await asyncio.sleep(0.05)
+    return n
+
+
+async def test_the_vector_legs_two_searches_fail_and_stop_together(rt, ns, monkeypatch):
+    """The memories' graph and the passages' are searched at once, on two connections (#25).
+    With a budget of one connection both still run (the memories' gives its connection back
+    before waiting for the passages'). When one search fails, the leg fails with that error
+    once the other has stopped and given its connection back; a leg given up stops both."""
+    import asyncio
+
+    import asyncpg
+
+    from retrieval import sources
+    from retrieval.models import Filters
+    from tests.test_passages import LONG
+
+    await _ingest(rt, ns, [{"id": "long", "content": LONG}, {"id": "short", "content": "光合成"}])
+    vec = np.asarray(rt.embedder.embed_query("光合成の仕組み"), np.float32)
+
+    def context(slots: int) -> sources.SearchContext:
+        return sources.SearchContext(
+            pool=rt.pool,
+            intent=rt.analyzer.analyze("光合成の仕組み"),
+            vectors=[vec],
+            filters=Filters(namespace=ns),
+            k=10,
+            timeout_s=60.0,
+            slots=asyncio.Semaphore(slots),
+        )
+
+    found = await asyncio.wait_for(sources.vector(context(1)), 20)
+    long = next(c for c in found if c.external_id == "long")
+    assert {c.external_id for c in found} == {"long", "short"} and long.passages
+
+    started = asyncio.Event()
+
+    async def sleeping(conn) -> None:
+        started.set()
+        await conn.execute("SELECT pg_sleep(30)")
+
+    async def memory_sleeps(ctx, conn, source, args):
+        await sleeping(conn)
+        return {}
+
+    async def passages_sleep(ctx, source, args, n):
+        async with sources.leg_connection(ctx) as conn:
+            await sleeping(conn)
+        return []
+
+    async def memory_fails(ctx, conn, source, args):
+        await started.wait()
+        await asyncio.sleep(0.1)  # the other's statement is running
+        raise asyncpg.QueryCanceledError("canceling statement due to statement timeout")
+
+    async def passages_fail(ctx, source, args, n):
+        await memory_fails(ctx, None, source, args)
+
+    in_use = rt.pool.get_size() - rt.pool.get_idle_size()
+    for memory_half, passage_half in (
+        (memory_sleeps, passages_fail),
+        (memory_fails, passages_sleep),
+    ):
+        started.clear()
+        monkeypatch.setattr(sources, "_memory_knn", memory_half)
+        monkeypatch.setattr(sources, "_passage_knn", passage_half)
+        with pytest.raises(asyncpg.QueryCanceledError):
+            await sources.vector(context(4))
+        assert await _sleeping(rt) == 0
+        assert rt.pool.get_size() - rt.pool.get_idle_size() <= in_use
+    monkeypatch.setattr(sources, "_memory_knn", memory_sleeps)
+    monkeypatch.setattr(sources, "_passage_knn", passages_sleep)
+    leg = asyncio.ensure_future(sources.vector(context(4)))
+    for _ in range(100):  # both statements run at once
+        await asyncio.sleep(0.05)
+        async with rt.pool.acquire() as conn:
+            running = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(30)'"
+            )
+        if running == 2:
+            break
+    assert running == 2
+    leg.cancel()
+    await asyncio.gather(leg, return_exceptions=True)
+    assert await _sleeping(rt) == 0
+    assert rt.pool.get_size() - rt.pool.get_idle_size() <= in_use
