@@ -82,8 +82,10 @@ def hop_score(
     MAX_HOP_GAIN), when that beats the memory's own, which still orders such chains — the
     deadline the best seed's project names comes first. Any other hop is adjacency: it adds a
     bounded credit, at most `hop_credit` times the seed's own score, to what the memory scores
-    by itself — a neighbour that shares nothing with the question never outranks its seed, and
-    a turn that matches the question and sits beside the best match gains a little."""
+    by itself — a neighbour that shares nothing with the question never outranks its seed (and
+    expand() keeps none that no first-wave source found as a result, unless the caller named
+    its seed), and a turn that matches the question and sits beside the best match gains a
+    little."""
     if answers(hop):
         chain = preset.answer_weight * rank * min(hop.gain, MAX_HOP_GAIN)
         return chain + OWN_SHARE * own if chain > own else own
