@@ -158,7 +158,7 @@ def span_coverages(
     contents: Sequence[str],
     grams: Sequence[str],
     extras: Sequence[Sequence[tuple[int, int]]],
-    memories: Sequence[Hashable] | None = None,
+    memories: Sequence[Hashable],
 ) -> list[tuple[list[tuple[int, int]], np.ndarray]]:
     """For each long memory of `contents`: its spans (pack()'s, then those of `extras` an older
     cut made) and weighted_coverage(…, bm25_idf) of the query's bigrams `grams` by each, read
@@ -167,8 +167,7 @@ def span_coverages(
     if not contents:
         return []
     g = tuple(grams)
-    ids = memories if memories is not None else [None] * len(contents)
-    ixs = [span_index(c, m) for c, m in zip(contents, ids, strict=True)]
+    ixs = [span_index(c, m) for c, m in zip(contents, memories, strict=True)]
     spans = [
         [*ix.spans, *(ab for ab in dict.fromkeys(ex) if ab not in ix.position)]
         for ix, ex in zip(ixs, extras, strict=True)
