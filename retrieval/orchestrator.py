@@ -380,7 +380,7 @@ class Orchestrator:
         timeout = self.source_timeout_ms / 1000.0
         t = time.perf_counter()
         try:
-            async with leg_connection(_with_timeout(ctx, timeout)) as conn:
+            async with leg_connection(_with_timeout(ctx, timeout), generic_plan=True) as conn:
                 got = await asyncio.wait_for(
                     surrounding(
                         conn,

@@ -125,7 +125,7 @@ best AS (
 SELECT {_COLS}, b.score, b.starts, b.ends, b.scores
 FROM best b JOIN memories m ON m.id = b.memory_id
 WHERE {_WHERE}
-ORDER BY b.score DESC"""
+ORDER BY b.score DESC, m.id"""
 
 
 # Returns the live memories whose passages are among the 2 x $7 nearest of namespace $1 (HNSW),
@@ -147,8 +147,9 @@ JOIN namespace_stats s ON s.namespace = $1"""
 
 # Returns the k best live memories by BM25 over the Japanese token column. Per query term, its
 # $10 highest-impact postings (all of them for a rarer term: exact BM25 there); IDF and average
-# length from term_df/namespace_stats; the filters are checked best score first. Terms arrive as
-# an array parameter, so user text never reaches SQL or tsquery syntax.
+# length from term_df/namespace_stats; the filters are checked best score first (equal scores by
+# row id, so that which of them make the k does not change with the plan). Terms arrive as an
+# array parameter, so user text never reaches SQL or tsquery syntax.
 KEYWORD_SQL = f"""
 WITH q AS (SELECT * FROM unnest($6::text[], $7::float8[]) AS q(term, idf)),
 hits AS (
@@ -161,9 +162,9 @@ hits AS (
     ORDER BY p.impact DESC LIMIT $10) AS p
   GROUP BY p.memory_id)
 SELECT {_COLS}, h.score
-FROM (SELECT * FROM hits ORDER BY score DESC) AS h
+FROM (SELECT * FROM hits ORDER BY score DESC, memory_id) AS h
 CROSS JOIN LATERAL (SELECT * FROM memories m WHERE m.id = h.memory_id AND {_WHERE}) AS m
-ORDER BY h.score DESC LIMIT $12"""
+ORDER BY h.score DESC, h.memory_id LIMIT $12"""
 
 # Postings read per query term, best impact first. A term in more memories than this is common
 # (IDF low): only its strongest postings count. Measured: 2,000 keeps JSQuAD's MRR (13.4k
@@ -195,7 +196,7 @@ WITH hit AS (SELECT b.id, sum(b.w) AS w FROM ({branches}) AS b GROUP BY b.id)
 SELECT {_COLS}, hit.w::float8 / $6::float8 AS score
 FROM hit JOIN memories m ON m.id = hit.id
 WHERE {_WHERE}
-ORDER BY score DESC, m.created_at DESC LIMIT $7"""
+ORDER BY score DESC, m.created_at DESC, m.id LIMIT $7"""
 
 
 # Returns live memories containing any of 1..6 name-like strings ($9...), scored by the share
@@ -213,21 +214,37 @@ class Skip(Exception):
 MAX_QUERY_TERMS = 32
 
 
-# Sets the statement timeout of the current transaction (milliseconds, as text).
-SET_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', $1, true)"
+# Sets the current transaction's statement timeout (milliseconds, as text) and plan cache mode,
+# in one round trip.
+SET_LEG_SETTINGS = (
+    "SELECT set_config('statement_timeout', $1, true), set_config('plan_cache_mode', $2, true)"
+)
 
 
 @asynccontextmanager
-async def leg_connection(ctx: SearchContext) -> AsyncIterator[asyncpg.Connection]:
+async def leg_connection(
+    ctx: SearchContext, *, generic_plan: bool = False
+) -> AsyncIterator[asyncpg.Connection]:
     """A pool connection in a read-only transaction that the server itself cancels at the leg's
     deadline: a query whose caller has given up must not run on and hold the connection. Taken
-    within the request's connection budget (`ctx.slots`), waited for inside the leg's deadline."""
+    within the request's connection budget (`ctx.slots`), waited for inside the leg's deadline.
+
+    `generic_plan`: the statement is planned once per connection, not at every execution (the
+    pool's default, for statements whose best plan depends on which filters are set). For the
+    statements that start from a few given rows (the hops from their seeds, the results'
+    context) the plan is the same whatever the values, and planning cost as much as running:
+    on LoCoMo 1.3 of 2.7 ms for the entity hop, 0.85 of 1.3 ms for the context
+    (docs/benchmarks.md, "Planned once")."""
     async with (
         ctx.slots if ctx.slots is not None else nullcontext(),
         ctx.pool.acquire(timeout=ctx.timeout_s) as conn,
         conn.transaction(readonly=True),
     ):
-        await conn.execute(SET_STATEMENT_TIMEOUT, str(max(1, int(ctx.timeout_s * 1000))))
+        await conn.execute(
+            SET_LEG_SETTINGS,
+            str(max(1, int(ctx.timeout_s * 1000))),
+            "force_generic_plan" if generic_plan else "force_custom_plan",
+        )
         yield conn
 
 
@@ -672,7 +689,7 @@ async def _hop_rows(
     """The rows a hop query (filters, seeds, limit, the query's keywords, extra) returns, each
     with its candidate scored by its seed's score."""
     ext, scores = _seed_args(ctx)
-    async with leg_connection(ctx) as conn:
+    async with leg_connection(ctx, generic_plan=True) as conn:
         rows = await conn.fetch(
             sql, *ctx.where_args(), ext, scores, 4 * ctx.k, " ".join(ctx.intent.keywords), *extra,
             timeout=ctx.timeout_s,

@@ -6,7 +6,7 @@ data directory `retrieval eval-suite` indexed the set into:
     RETRIEVAL_DATA_DIR=D retrieval serve --port 8765 &
     python scripts/http_latency.py locomo --url http://127.0.0.1:8765 [--no-expand] [--repeat 2]
 
-Prints client-side p50/p95/p99 and the server's own stages. Each question is asked once per
+Prints client-side p50/p95/p99, the server's own stages and each source's time. Each question is asked once per
 pass; a second pass (--repeat 2) shows what the query-embedding cache saves.
 """
 
@@ -73,9 +73,12 @@ def main() -> None:
                 stages["total (server)"].append(meta["total_latency_ms"])
                 for k, v in meta["stage_latency_ms"].items():
                     stages[k].append(v)
+                for k, rep in meta["search_breakdown"].items():
+                    stages[f"  {k}"].append(rep["latency_ms"])
             print(f"pass {n + 1}: {len(queries)} questions, p50 / p95 / p99 ms")
             print(f"  HTTP (client)   {pct(client_ms)}")
-            for k, v in sorted(stages.items()):
+            # Stages, then each source (indented: part of search, expand or context).
+            for k, v in sorted(stages.items(), key=lambda kv: (kv[0].startswith(" "), kv[0])):
                 print(f"  {k:15s} {pct(v)}")
 
 

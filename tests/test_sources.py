@@ -391,3 +391,61 @@ async def test_the_vector_legs_two_searches_fail_and_stop_together(rt, ns, monke
     await asyncio.gather(leg, return_exceptions=True)
     assert await _sleeping(rt) == 0
     assert rt.pool.get_size() - rt.pool.get_idle_size() <= in_use
+
+
+async def test_leg_connection_plans_as_asked_for_its_transaction_only(rt, ns):
+    """A hop or the context is planned once per connection (generic plan); every other leg at
+    each execution, with its values; neither setting outlives the leg's transaction."""
+    from retrieval.models import Filters
+    from retrieval.sources import SearchContext, leg_connection
+
+    ctx = SearchContext(
+        pool=rt.pool,
+        intent=rt.analyzer.analyze("x"),
+        vectors=[],
+        filters=Filters(namespace=ns),
+        k=10,
+        timeout_s=0.25,
+    )
+    show = "SELECT current_setting('plan_cache_mode'), current_setting('statement_timeout')"
+    for generic, mode in ((True, "force_generic_plan"), (False, "force_custom_plan")):
+        async with leg_connection(ctx, generic_plan=generic) as conn:
+            assert tuple(await conn.fetchrow(show)) == (mode, "250ms")
+    async with rt.pool.acquire() as conn:
+        await conn.execute("SET plan_cache_mode = auto")  # a session's own, reset on release
+    async with rt.pool.acquire() as conn:
+        assert tuple(await conn.fetchrow(show)) == ("force_custom_plan", "30s")
+
+
+async def test_legs_break_equal_scores_by_row_id(rt, ns):
+    """Memories the keyword and trigram legs score alike come in row order, so which of them
+    make the k does not depend on the plan the server chose."""
+    from retrieval.models import Filters
+    from retrieval.sources import SearchContext, keyword, trigram
+
+    # Twelve alike among 240: rare enough for the trigram leg to search the name (name_max_df),
+    # and more than twice k, so that the server sorts them with a bounded heap (not stable).
+    await _ingest(
+        rt,
+        ns,
+        [{"id": f"same{i}", "content": "型番RTX-4090のGPUサーバーを借りた"} for i in range(12)]
+        + [{"id": f"other{i}", "content": f"{i}番目の会議の議事録"} for i in range(228)],
+    )
+    async with rt.pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT external_id FROM memories WHERE namespace = $1 AND external_id LIKE 'same%' "
+            "ORDER BY id",
+            ns,
+        )
+    by_id = [r["external_id"] for r in rows]
+    ctx = SearchContext(
+        pool=rt.pool,
+        intent=rt.analyzer.analyze("RTX-4090のGPUサーバー"),
+        vectors=[],
+        filters=Filters(namespace=ns),
+        k=3,
+    )
+    for leg in (keyword, trigram):
+        found = await leg(ctx)
+        assert len({c.score for c in found}) == 1, leg.__name__
+        assert [c.external_id for c in found] == by_id[:3], leg.__name__
