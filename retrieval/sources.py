@@ -234,7 +234,7 @@ async def leg_connection(
     statements that start from a few given rows (the hops from their seeds, the results'
     context) the plan is the same whatever the values, and planning cost as much as running:
     on LoCoMo 1.3 of 2.7 ms for the entity hop, 0.85 of 1.3 ms for the context
-    (docs/benchmarks.md, "Planned once")."""
+    (docs/benchmarks.md, "tenth release: planned once")."""
     async with (
         ctx.slots if ctx.slots is not None else nullcontext(),
         ctx.pool.acquire(timeout=ctx.timeout_s) as conn,
