@@ -393,20 +393,26 @@ async def test_the_vector_legs_two_searches_fail_and_stop_together(rt, ns, monke
     assert rt.pool.get_size() - rt.pool.get_idle_size() <= in_use
 
 
+def _text_context(rt, ns, query, **kw):
+    """What a leg that needs no query vector reads, for `query` in namespace `ns`."""
+    from retrieval.models import Filters
+    from retrieval.sources import SearchContext
+
+    return SearchContext(
+        pool=rt.pool,
+        intent=rt.analyzer.analyze(query),
+        vectors=[],
+        filters=Filters(namespace=ns),
+        **kw,
+    )
+
+
 async def test_leg_connection_plans_as_asked_for_its_transaction_only(rt, ns):
     """A hop or the context is planned once per connection (generic plan); every other leg at
     each execution, with its values; neither setting outlives the leg's transaction."""
-    from retrieval.models import Filters
-    from retrieval.sources import SearchContext, leg_connection
+    from retrieval.sources import leg_connection
 
-    ctx = SearchContext(
-        pool=rt.pool,
-        intent=rt.analyzer.analyze("x"),
-        vectors=[],
-        filters=Filters(namespace=ns),
-        k=10,
-        timeout_s=0.25,
-    )
+    ctx = _text_context(rt, ns, "x", k=10, timeout_s=0.25)
     show = "SELECT current_setting('plan_cache_mode'), current_setting('statement_timeout')"
     for generic, mode in ((True, "force_generic_plan"), (False, "force_custom_plan")):
         async with leg_connection(ctx, generic_plan=generic) as conn:
@@ -420,8 +426,7 @@ async def test_leg_connection_plans_as_asked_for_its_transaction_only(rt, ns):
 async def test_legs_break_equal_scores_by_row_id(rt, ns):
     """Memories the keyword and trigram legs score alike come in row order, so which of them
     make the k does not depend on the plan the server chose."""
-    from retrieval.models import Filters
-    from retrieval.sources import SearchContext, keyword, trigram
+    from retrieval.sources import keyword, trigram
 
     # Twelve alike among 240: rare enough for the trigram leg to search the name (name_max_df),
     # and more than twice k, so that the server sorts them with a bounded heap (not stable).
@@ -438,13 +443,7 @@ async def test_legs_break_equal_scores_by_row_id(rt, ns):
             ns,
         )
     by_id = [r["external_id"] for r in rows]
-    ctx = SearchContext(
-        pool=rt.pool,
-        intent=rt.analyzer.analyze("RTX-4090のGPUサーバー"),
-        vectors=[],
-        filters=Filters(namespace=ns),
-        k=3,
-    )
+    ctx = _text_context(rt, ns, "RTX-4090のGPUサーバー", k=3)
     for leg in (keyword, trigram):
         found = await leg(ctx)
         assert len({c.score for c in found}) == 1, leg.__name__
