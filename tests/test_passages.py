@@ -193,8 +193,13 @@ def test_the_span_index_is_compact_and_batched_highlights_match_single_ones():
     text = "\n\n".join(TOPICS * 6)
     ix = span_index(text)
     assert ix.codes.dtype == np.uint32 and ix.owner.dtype == np.int16  # every character in the BMP
-    assert ix.nbytes < 7 * len(text)
+    assert ix.nbytes < 8 * len(text)  # codes and owners ~5 bytes a character, texts 2-3
     assert span_index("𠮷野家の牛丼。" * 100).codes.dtype == np.int64
+    # Each span's cleaned text is kept (a highlight's, read per request); another span's is made.
+    assert ix.texts == tuple(clean(text[a:b]) for a, b in ix.spans)
+    a, b = ix.spans[1]
+    assert ix.text(text, (a, b)) is ix.texts[1]
+    assert ix.text(text, (a + 1, b)) == clean(text[a + 1 : b])
     grams = ("富士", "将棋", "標高")
     items = [(text, []), ("短いメモ。", []), (" " * 700, []), (text, [(0, 50, 0.9)])]
     assert focus_all(items, grams) == [focus(c, f, grams) for c, f in items]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import sys
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
@@ -48,9 +49,10 @@ VECTOR_WEIGHT = 0.5
 # What clean() drops: anything but letters and digits (str.isalnum), "_" included.
 _NON_WORD = re.compile(r"[\W_]+")
 
-# The span indexes of the long memories seen lately: about 6 bytes a character of content (a
-# bigram code and the span holding it; 12 where a character lies beyond the BMP), so 64 MB hold
-# some 10 million characters (the longdoc set's 909 articles are 5.5 million).
+# The span indexes of the long memories seen lately: about 7 bytes a character of content (a
+# bigram code and the span holding it, 12 where a character lies beyond the BMP; the spans'
+# cleaned texts, 2 more), so 64 MB hold some 9 million characters (the longdoc set's 909
+# articles are 5.5 million).
 INDEX_CACHE_BYTES = 64 * 1024 * 1024
 
 # A span's number sits below the bigram in the key SpanIndex.of() sorts by (a memory of
@@ -65,14 +67,16 @@ def clean(text: str) -> str:
 
 @dataclass(eq=False)
 class SpanIndex:
-    """A long memory's spans (as pack() cuts it) and which character bigrams each span's
-    cleaned text holds: `codes` sorted (two code points, `shift` bits apart: 16 when every
+    """A long memory's spans (as pack() cuts it), each span's cleaned text (`texts`: what a
+    highlight returns, so that it is not cleaned again per request), and which character
+    bigrams each holds: `codes` sorted (two code points, `shift` bits apart: 16 when every
     character is in the BMP, else 21), `owner` the span of each (a bigram once per span)."""
 
     spans: tuple[tuple[int, int], ...]
     shift: int
     codes: np.ndarray
     owner: np.ndarray
+    texts: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, content: str) -> SpanIndex:
@@ -94,11 +98,23 @@ class SpanIndex:
             shift,
             (key >> _SPAN_BITS).astype(np.uint32 if narrow else np.int64),
             (key & ((1 << _SPAN_BITS) - 1)).astype(np.int16 if narrow else np.int32),
+            tuple(texts),
         )
 
     @property
     def nbytes(self) -> int:
-        return 200 + 16 * len(self.spans) + self.codes.nbytes + self.owner.nbytes
+        return (
+            200
+            + 16 * len(self.spans)
+            + self.codes.nbytes
+            + self.owner.nbytes
+            + sum(sys.getsizeof(t) for t in self.texts)
+        )
+
+    def text(self, content: str, ab: tuple[int, int]) -> str:
+        """clean() of `content[a:b]`, read from `texts` when (a, b) is one of the spans."""
+        k = self.position.get(ab)
+        return self.texts[k] if k is not None else clean(content[ab[0] : ab[1]])
 
     @functools.cached_property
     def position(self) -> dict[tuple[int, int], int]:
@@ -159,11 +175,11 @@ def span_coverages(
     grams: Sequence[str],
     extras: Sequence[Sequence[tuple[int, int]]],
     memories: Sequence[Hashable],
-) -> list[tuple[list[tuple[int, int]], np.ndarray]]:
+) -> list[tuple[list[tuple[int, int]], np.ndarray, SpanIndex]]:
     """For each long memory of `contents`: its spans (pack()'s, then those of `extras` an older
-    cut made) and weighted_coverage(…, bm25_idf) of the query's bigrams `grams` by each, read
-    through the memories' indexes in one pass (per memory, one binary search of all bigrams).
-    `memories`: each content's memory (its id: span_index)."""
+    cut made), weighted_coverage(…, bm25_idf) of the query's bigrams `grams` by each, read
+    through the memories' indexes in one pass (per memory, one binary search of all bigrams),
+    and its index. `memories`: each content's memory (its id: span_index)."""
     if not contents:
         return []
     g = tuple(grams)
@@ -174,13 +190,13 @@ def span_coverages(
     ]
     if not g or any(len(x) != 2 for x in g):  # a one-character query: tested by substring
         out = []
-        for content, sp in zip(contents, spans, strict=True):
+        for content, sp, ix in zip(contents, spans, ixs, strict=True):
             each = weighted_coverage(
                 {ab: set(filter(clean(content[ab[0] : ab[1]]).__contains__, g)) for ab in sp},
                 g,
                 bm25_idf,
             )
-            out.append((sp, np.fromiter((each[ab] for ab in sp), np.float64, len(sp))))
+            out.append((sp, np.fromiter((each[ab] for ab in sp), np.float64, len(sp)), ix))
         return out
     sizes = np.array([len(sp) for sp in spans], np.int64)
     offsets = np.cumsum(sizes) - sizes
@@ -210,7 +226,7 @@ def span_coverages(
     for j, first, m in late:
         cover[offsets[j] + first : offsets[j] + sizes[j]] = w[j] @ m
     cover /= np.repeat(denom, sizes)
-    return [(sp, cover[o : o + len(sp)]) for sp, o in zip(spans, offsets, strict=True)]
+    return [(sp, cover[o : o + len(sp)], ix) for sp, o, ix in zip(spans, offsets, ixs, strict=True)]
 
 
 def focus_all(
@@ -237,7 +253,7 @@ def focus_all(
         [[(a, b) for a, b, _ in f] for _, _, f, _ in longs],
         [ids[i] for i, _, _, _ in longs],
     )
-    for (i, content, inside, top), (spans, cover) in zip(longs, covered, strict=True):
+    for (i, content, inside, top), (spans, cover, ix) in zip(longs, covered, strict=True):
         if not spans:  # nothing but blanks
             out[i] = (Span(0, len(content), True), clean(content))
             continue
@@ -249,7 +265,7 @@ def focus_all(
         # The earlier on a tie: sums of equal weights added in another order differ in the
         # last bits.
         a, b = spans[int(np.argmax(np.round(cover + VECTOR_WEIGHT * vec, 12)))]
-        out[i] = (Span(a, b), clean(content[a:b]))
+        out[i] = (Span(a, b), ix.text(content, (a, b)))
     return out
 
 
