@@ -6,8 +6,8 @@ data directory `retrieval eval-suite` indexed the set into:
     RETRIEVAL_DATA_DIR=D retrieval serve --port 8765 &
     python scripts/http_latency.py locomo --url http://127.0.0.1:8765 [--no-expand] [--repeat 2]
 
-Prints client-side p50/p95/p99, the server's own stages and each source's time. Each question is asked once per
-pass; a second pass (--repeat 2) shows what the query-embedding cache saves.
+Prints client-side p50/p95/p99, the server's own stages and each source's time. Each question
+is asked once per pass; a second pass (--repeat 2) shows what the query-embedding cache saves.
 """
 
 from __future__ import annotations
