@@ -144,6 +144,22 @@ async def ingest_items(rt, ns, items):
     return await ingest(rt.pool, rt.nlp, rt.embedder, parse_items(items), namespace=ns)
 
 
+def leg_context(rt, ns, query, *, now=None, k=10, vectors=(), **kw):
+    """What a search leg reads for `query` in namespace `ns` (analysed at `now`, if given)."""
+    from retrieval.models import Filters
+    from retrieval.sources import SearchContext
+
+    return SearchContext(
+        pool=rt.pool,
+        intent=rt.analyzer.analyze(query, now),
+        vectors=list(vectors),
+        filters=Filters(namespace=ns),
+        k=k,
+        now=now,
+        **kw,
+    )
+
+
 async def ids_of(rt, query, ns, **kw):
     """The ids a retrieve returns (up to 20), and the response."""
     from retrieval.models import RetrievalOptions

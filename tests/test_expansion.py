@@ -6,12 +6,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from retrieval.ingest import ingest, parse_items
-from retrieval.models import Candidate, Filters, Fused, Hop, RetrievalOptions, ScoredResult, Source
+from retrieval.models import Candidate, Fused, Hop, RetrievalOptions, ScoredResult, Source
 from retrieval.nlp import memory_entities, question_focus
 from retrieval.rerank import admit, diversify, expand
-from retrieval.sources import SearchContext, Skip, recent, states, vector_global
+from retrieval.sources import Skip, recent, states, vector_global
 from retrieval.strategy import HYBRID
 from tests.fakes import cand
+from tests.helpers import leg_context
 
 NOW = datetime(2026, 11, 22, 12, tzinfo=UTC)
 
@@ -343,15 +344,7 @@ async def test_expansion_seeds_from_the_text_legs_while_the_query_is_embedded(rt
 
 
 def _ctx(rt, ns, q, **kw):
-    return SearchContext(
-        pool=rt.pool,
-        intent=rt.analyzer.analyze(q, NOW),
-        vectors=[],
-        filters=Filters(namespace=ns),
-        k=10,
-        now=NOW,
-        **kw,
-    )
+    return leg_context(rt, ns, q, now=NOW, **kw)
 
 
 async def test_recent_and_states_are_the_newest_first(rt, ns):

@@ -10,6 +10,7 @@ from retrieval.models import Strategy, TimeRange
 from tests.helpers import NOW_UTC as NOW
 from tests.helpers import ids_of as _ids
 from tests.helpers import ingest_items as _ingest
+from tests.helpers import leg_context as _leg_context
 
 
 async def test_namespace_isolation(rt, ns):
@@ -57,8 +58,7 @@ async def test_expired_archived_unsearchable_never_returned(rt, ns):
 async def test_trigram_skips_names_common_in_the_namespace(rt, ns):
     """A regression: "BM25" is tokenised bm+25 in memories, so looking the raw name up in term_df
     found nothing and the trigram leg scanned every memory containing it (600 ms at 1M)."""
-    from retrieval.models import Filters
-    from retrieval.sources import SearchContext, trigram
+    from retrieval.sources import trigram
 
     await _ingest(
         rt,
@@ -67,10 +67,7 @@ async def test_trigram_skips_names_common_in_the_namespace(rt, ns):
         + [{"id": "rare", "content": "型番RTX-4090のGPUサーバーを借りた"}],
     )
     for query, expect in (("BM25の検証", []), ("RTX-4090のサーバー", ["rare"])):
-        intent = rt.analyzer.analyze(query)
-        ctx = SearchContext(
-            pool=rt.pool, intent=intent, vectors=[], filters=Filters(namespace=ns), k=10
-        )
+        ctx = _leg_context(rt, ns, query)
         assert [c.external_id for c in await trigram(ctx)] == expect, query
 
 
@@ -78,8 +75,7 @@ async def test_keyword_leg_reads_a_capped_number_of_postings_per_term(rt, ns):
     """With the cap below a common term's document frequency, the memory with the rare term still
     ranks first (the rare term's postings are read whole); the common term is read only up to
     the cap, so its share of a score may be missing, never added."""
-    from retrieval.models import Filters
-    from retrieval.sources import SearchContext, keyword
+    from retrieval.sources import keyword
 
     await _ingest(
         rt,
@@ -87,18 +83,8 @@ async def test_keyword_leg_reads_a_capped_number_of_postings_per_term(rt, ns):
         [{"id": f"c{i}", "content": f"今日は天気の話をした{i}"} for i in range(12)]
         + [{"id": "rare", "content": "天気と量子コンピュータの話"}],
     )
-    intent = rt.analyzer.analyze("量子コンピュータと天気")
-    full = SearchContext(
-        pool=rt.pool, intent=intent, vectors=[], filters=Filters(namespace=ns), k=20
-    )
-    capped = SearchContext(
-        pool=rt.pool,
-        intent=intent,
-        vectors=[],
-        filters=Filters(namespace=ns),
-        k=20,
-        postings_per_term=3,
-    )
+    full = _leg_context(rt, ns, "量子コンピュータと天気", k=20)
+    capped = _leg_context(rt, ns, "量子コンピュータと天気", k=20, postings_per_term=3)
     all_rows, few = await keyword(full), await keyword(capped)
     assert all_rows[0].external_id == few[0].external_id == "rare"
     assert 0 < few[0].score <= all_rows[0].score + 1e-9
@@ -136,8 +122,7 @@ async def test_trigram_leg_uses_the_trigram_index(rt, ns):
 async def test_trigram_names_count_by_rarity_not_length(rt, ns):
     """A full name held by one memory outweighs a longer katakana word held by many: the
     person asked about, not the template the question shares with other meetings."""
-    from retrieval.models import Filters
-    from retrieval.sources import SearchContext, trigram
+    from retrieval.sources import trigram
 
     items = [{"id": "kimura", "content": "千葉で木村翔太さんに会って、案件を進めることになった。"}]
     items += [
@@ -146,10 +131,7 @@ async def test_trigram_names_count_by_rarity_not_length(rt, ns):
     ]
     await _ingest(rt, ns, items)
     q = "木村翔太さんと打ち合わせしたプロジェクト"
-    ctx = SearchContext(
-        pool=rt.pool, intent=rt.analyzer.analyze(q), vectors=[], filters=Filters(namespace=ns), k=10
-    )
-    got = await trigram(ctx)
+    got = await trigram(_leg_context(rt, ns, q))
     assert got[0].external_id == "kimura" and got[0].score > 0.5, [
         (c.external_id, c.score) for c in got
     ]
@@ -160,8 +142,7 @@ async def test_small_windows_are_searched_exactly(rt, ns, monkeypatch):
     handful in-window); a larger one the index. Both return the in-window memories nearest the
     query, best first."""
     import retrieval.sources as src
-    from retrieval.models import Filters, TimeRange
-    from retrieval.sources import SearchContext
+    from retrieval.models import TimeRange
 
     topics = ["ジムで筋トレ", "映画を観た", "カレーを作った", "ランニング5km", "読書会に参加"]
     await _ingest(
@@ -192,14 +173,7 @@ async def test_small_windows_are_searched_exactly(rt, ns, monkeypatch):
     want_ids = [r["external_id"] for r in want]
     for limit, exact in ((5000, True), (3, False)):
         monkeypatch.setattr(src, "EXACT_WINDOW_MAX", limit)
-        ctx = SearchContext(
-            pool=rt.pool,
-            intent=rt.analyzer.analyze("ジム"),
-            vectors=[vec],
-            filters=Filters(namespace=ns),
-            k=5,
-            window=window,
-        )
+        ctx = _leg_context(rt, ns, "ジム", k=5, vectors=[vec], window=window)
         got = [c.external_id for c in await src.temporal(ctx)]
         assert ctx.debug["temporal_exact"] is exact
         assert got == want_ids[:5], exact
@@ -207,18 +181,14 @@ async def test_small_windows_are_searched_exactly(rt, ns, monkeypatch):
 
 async def test_the_keyword_leg_scores_at_most_the_rarest_32_terms(rt, ns):
     """Before: every distinct term of the query (up to 2,000 characters) read its postings."""
-    from retrieval.models import Filters
-    from retrieval.sources import MAX_QUERY_TERMS, SearchContext, keyword
+    from retrieval.sources import MAX_QUERY_TERMS, keyword
 
     words = [f"word{i:03d}x" for i in range(80)]
     common = [{"id": f"c{i}", "content": " ".join(words[:60])} for i in range(5)]
     rare = [{"id": "rare", "content": "the only one with " + " ".join(words[60:])}]
     await _ingest(rt, ns, common + rare)
-    intent = rt.analyzer.analyze(" ".join(words))
-    assert len(intent.keywords) > MAX_QUERY_TERMS
-    ctx = SearchContext(
-        pool=rt.pool, intent=intent, vectors=[], filters=Filters(namespace=ns), k=10
-    )
+    ctx = _leg_context(rt, ns, " ".join(words))
+    assert len(ctx.intent.keywords) > MAX_QUERY_TERMS
     got = await keyword(ctx)
     assert got[0].external_id == "rare"  # its terms are the rarest: they are the ones kept
     assert len(ctx.debug["keyword_terms"]) == MAX_QUERY_TERMS
@@ -319,21 +289,14 @@ async def test_the_vector_legs_two_searches_fail_and_stop_together(rt, ns, monke
     import asyncpg
 
     from retrieval import sources
-    from retrieval.models import Filters
     from tests.test_passages import LONG
 
     await _ingest(rt, ns, [{"id": "long", "content": LONG}, {"id": "short", "content": "光合成"}])
     vec = np.asarray(rt.embedder.embed_query("光合成の仕組み"), np.float32)
 
     def context(slots: int) -> sources.SearchContext:
-        return sources.SearchContext(
-            pool=rt.pool,
-            intent=rt.analyzer.analyze("光合成の仕組み"),
-            vectors=[vec],
-            filters=Filters(namespace=ns),
-            k=10,
-            timeout_s=60.0,
-            slots=asyncio.Semaphore(slots),
+        return _leg_context(
+            rt, ns, "光合成の仕組み", vectors=[vec], timeout_s=60.0, slots=asyncio.Semaphore(slots)
         )
 
     found = await asyncio.wait_for(sources.vector(context(1)), 20)
@@ -393,26 +356,12 @@ async def test_the_vector_legs_two_searches_fail_and_stop_together(rt, ns, monke
     assert rt.pool.get_size() - rt.pool.get_idle_size() <= in_use
 
 
-def _text_context(rt, ns, query, **kw):
-    """What a leg that needs no query vector reads, for `query` in namespace `ns`."""
-    from retrieval.models import Filters
-    from retrieval.sources import SearchContext
-
-    return SearchContext(
-        pool=rt.pool,
-        intent=rt.analyzer.analyze(query),
-        vectors=[],
-        filters=Filters(namespace=ns),
-        **kw,
-    )
-
-
 async def test_leg_connection_plans_as_asked_for_its_transaction_only(rt, ns):
     """A hop or the context is planned once per connection (generic plan); every other leg at
     each execution, with its values; neither setting outlives the leg's transaction."""
     from retrieval.sources import leg_connection
 
-    ctx = _text_context(rt, ns, "x", k=10, timeout_s=0.25)
+    ctx = _leg_context(rt, ns, "x", timeout_s=0.25)
     show = "SELECT current_setting('plan_cache_mode'), current_setting('statement_timeout')"
     for generic, mode in ((True, "force_generic_plan"), (False, "force_custom_plan")):
         async with leg_connection(ctx, generic_plan=generic) as conn:
@@ -443,7 +392,7 @@ async def test_legs_break_equal_scores_by_row_id(rt, ns):
             ns,
         )
     by_id = [r["external_id"] for r in rows]
-    ctx = _text_context(rt, ns, "RTX-4090のGPUサーバー", k=3)
+    ctx = _leg_context(rt, ns, "RTX-4090のGPUサーバー", k=3)
     for leg in (keyword, trigram):
         found = await leg(ctx)
         assert len({c.score for c in found}) == 1, leg.__name__
