@@ -36,18 +36,23 @@ class ByteLRU(Generic[V]):
         with self._lock:
             return key in self._items
 
-    def get_or_compute(self, key: Hashable, fn: Callable[[], V]) -> V:
+    def get(self, key: Hashable) -> V | None:
+        """The value held under `key` (a hit: it becomes the newest), or None (a miss)."""
         with self._lock:
             got = self._items.get(key)
-            if got is not None:
-                self._items.move_to_end(key)
-                self.hits += 1
-                return got[0]
-            self.misses += 1
-        value = fn()  # outside the lock: concurrent misses of one key may both compute it
+            if got is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return got[0]
+
+    def put(self, key: Hashable, value: V) -> None:
+        """Hold `value` under `key` unless it is larger than an eighth of the budget; the
+        least recently used entries go until the budget holds."""
         n = self._size(key, value)
         if n > self.max_bytes // 8:
-            return value
+            return
         with self._lock:
             if key not in self._items:
                 self._items[key] = (value, n)
@@ -55,4 +60,11 @@ class ByteLRU(Generic[V]):
             while self.bytes > self.max_bytes and self._items:
                 _, (_, dropped) = self._items.popitem(last=False)
                 self.bytes -= dropped
+
+    def get_or_compute(self, key: Hashable, fn: Callable[[], V]) -> V:
+        got = self.get(key)
+        if got is not None:
+            return got
+        value = fn()  # outside the lock: concurrent misses of one key may both compute it
+        self.put(key, value)
         return value

@@ -87,6 +87,8 @@ class Settings(BaseSettings):
     # older ones in batches, hourly.
     run_retention_days: int = Field(default=30, ge=0)
     embed_cache_bytes: int = Field(default=32 * 1024 * 1024, ge=0)
+    # Long memories' contents the search legs read lately (retrieval.contents), by bytes.
+    content_cache_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     # Pooled connections one retrieval may hold at once (its legs wait for a free one inside
     # their deadline): a few requests cannot hold the whole pool.
     max_request_connections: int = Field(default=4, ge=1, le=100)

@@ -19,6 +19,7 @@ import numpy as np
 from db.runs import insert_run
 from retrieval import metrics as m
 from retrieval.analyzer import QueryAnalyzer
+from retrieval.contents import DEFAULT_CACHE_BYTES, Contents
 from retrieval.context import MAX_CONTEXT_WINDOW, surrounding
 from retrieval.embeddings import Embedder
 from retrieval.errors import InvalidInput, StoreUnavailable
@@ -190,6 +191,7 @@ class Orchestrator:
         sources: Mapping[Source, SourceFn] = SOURCES,
         presets: Mapping[Any, Preset] = PRESETS,
         embed_cache_bytes: int = 32 * 1024 * 1024,
+        content_cache_bytes: int = DEFAULT_CACHE_BYTES,
         max_request_connections: int = 4,
         run_log_max_pending: int = 64,
         run_log_timeout_s: float = 5.0,
@@ -217,6 +219,8 @@ class Orchestrator:
         # stage (~10-25 ms), so repeated texts are embedded once, per namespace; each tenant's
         # embedding work is bounded (retrieval.query_embedding).
         self.embeddings = QueryEmbeddings(embedder, cache_bytes=embed_cache_bytes)
+        # The long contents the legs return by reference (retrieval.contents).
+        self.contents = Contents(content_cache_bytes)
 
     def validate(self, query: str, options: RetrievalOptions) -> str:
         """Reject what cannot be answered; return the query stripped."""
@@ -458,6 +462,7 @@ class Orchestrator:
             window=window,
             now=now,
             slots=asyncio.Semaphore(self.max_request_connections),
+            contents=self.contents,
         )
 
     def _log_run(

@@ -135,6 +135,7 @@ async def open_runtime(
         max_limit=settings.max_limit,
         log_runs=settings.log_runs,
         embed_cache_bytes=settings.embed_cache_bytes,
+        content_cache_bytes=settings.content_cache_bytes,
         max_request_connections=settings.max_request_connections,
         router=router,
         unavailable={Source.TRIGRAM: missing["pg_trgm"]} if "pg_trgm" in missing else {},

@@ -19,6 +19,7 @@ import asyncpg
 import numpy as np
 
 from retrieval.answers import AnswerKind, asks_about, gives, mentions
+from retrieval.contents import Contents, columns
 from retrieval.models import (
     ANSWERS_QUESTION,
     Candidate,
@@ -30,7 +31,11 @@ from retrieval.models import (
 )
 from retrieval.nlp import normalize_entity
 
-_COLS = "m.id, m.external_id, m.content, m.title, m.memory_type, m.source_type, m.metadata, m.created_at, m.embedding"
+# A long content travels by reference (retrieval.contents): Contents.of() completes the rows.
+_COLS = (
+    f"m.id, m.external_id, {columns('m')}, "
+    "m.title, m.memory_type, m.source_type, m.metadata, m.created_at, m.embedding"
+)
 
 # $1 namespace, $2 memory types (empty = any), $3 source types, $4/$5 window [start, end).
 _WHERE = """m.namespace = $1 AND NOT m.is_archived AND m.searchable
@@ -163,7 +168,7 @@ hits AS (
   GROUP BY p.memory_id)
 SELECT {_COLS}, h.score
 FROM (SELECT * FROM hits ORDER BY score DESC, memory_id) AS h
-CROSS JOIN LATERAL (SELECT * FROM memories m WHERE m.id = h.memory_id AND {_WHERE}) AS m
+CROSS JOIN LATERAL (SELECT m.*, m.xmin FROM memories m WHERE m.id = h.memory_id AND {_WHERE}) AS m
 ORDER BY h.score DESC, h.memory_id LIMIT $12"""
 
 # Postings read per query term, best impact first. A term in more memories than this is common
@@ -277,6 +282,8 @@ class SearchContext:
     # The request's connection budget: at most this many of its legs hold a pooled connection
     # at once (None: no bound), so that a few requests cannot hold the whole pool.
     slots: asyncio.Semaphore | None = None
+    # Where the long contents the legs return by reference come from (the orchestrator's).
+    contents: Contents = field(default_factory=Contents)
 
     def where_args(self, window: TimeRange | None = None) -> tuple[Any, ...]:
         f = self.filters
@@ -298,23 +305,42 @@ def _np(v: Any) -> np.ndarray:
 SourceFn = Callable[[SearchContext], Awaitable[list[Candidate]]]
 
 
-def _rows(rows: list[asyncpg.Record], source: Source, score_key: str = "score") -> list[Candidate]:
+async def _candidates(
+    ctx: SearchContext,
+    conn: asyncpg.Connection,
+    rows: list[asyncpg.Record],
+    source: Source,
+    score_key: str = "score",
+) -> list[tuple[asyncpg.Record, Candidate]]:
+    """Each row with its candidate, the long contents completed on the leg's connection (a
+    memory deleted since its row was read is left out)."""
+    texts = await ctx.contents.of(conn, ctx.filters.namespace, rows, timeout=ctx.timeout_s)
     return [
-        Candidate(
-            id=r["id"],
-            external_id=r["external_id"],
-            content=r["content"],
-            title=r["title"],
-            memory_type=r["memory_type"],
-            source_type=r["source_type"],
-            metadata=r["metadata"],
-            created_at=r["created_at"],
-            embedding=_np(r["embedding"]),
-            score=float(r[score_key]),
-            source=source,
+        (
+            r,
+            Candidate(
+                id=r["id"],
+                external_id=r["external_id"],
+                content=text,
+                title=r["title"],
+                memory_type=r["memory_type"],
+                source_type=r["source_type"],
+                metadata=r["metadata"],
+                created_at=r["created_at"],
+                embedding=_np(r["embedding"]),
+                score=float(r[score_key]),
+                source=source,
+            ),
         )
-        for r in rows
+        for r, text in zip(rows, texts, strict=True)
+        if text is not None
     ]
+
+
+async def _rows(
+    ctx: SearchContext, conn: asyncpg.Connection, rows: list[asyncpg.Record], source: Source
+) -> list[Candidate]:
+    return [c for _, c in await _candidates(ctx, conn, rows, source)]
 
 
 async def _knn(ctx: SearchContext, source: Source, window: TimeRange | None) -> list[Candidate]:
@@ -362,7 +388,7 @@ async def _memory_knn(
         ctx.debug[f"{source.value}_exact"] = sql is EXACT_WINDOW_SQL
     for vec in ctx.vectors:
         rows = await conn.fetch(sql, *args, vec, ctx.k, timeout=ctx.timeout_s)
-        for c in _rows(rows, source):
+        for c in await _rows(ctx, conn, rows, source):
             if c.id not in best or c.score > best[c.id].score:
                 best[c.id] = c
     return best
@@ -379,7 +405,7 @@ async def _passage_knn(
     async with leg_connection(ctx) as conn:
         for vec in ctx.vectors:
             rows = await conn.fetch(sql, *args, vec, ctx.k, timeout=ctx.timeout_s)
-            for r, c in zip(rows, _rows(rows, source), strict=True):
+            for r, c in await _candidates(ctx, conn, rows, source):
                 c.passages = tuple(
                     zip(r["starts"], r["ends"], map(float, r["scores"]), strict=True)
                 )
@@ -439,7 +465,7 @@ async def keyword(ctx: SearchContext) -> list[Candidate]:
             ctx.k,
             timeout=ctx.timeout_s,
         )
-    return _rows(rows, Source.KEYWORD)
+        return await _rows(ctx, conn, rows, Source.KEYWORD)
 
 
 def like_escape(term: str) -> str:
@@ -519,7 +545,7 @@ async def trigram(ctx: SearchContext) -> list[Candidate]:
             *patterns,
             timeout=ctx.timeout_s,
         )
-    return _rows(rows, Source.TRIGRAM)
+        return await _rows(ctx, conn, rows, Source.TRIGRAM)
 
 
 # --- Expansion: a second wave from the seeds (the first wave's best candidates). ---
@@ -694,7 +720,7 @@ async def _hop_rows(
             sql, *ctx.where_args(), ext, scores, 4 * ctx.k, " ".join(ctx.intent.keywords), *extra,
             timeout=ctx.timeout_s,
         )  # fmt: skip
-    return list(zip(rows, _rows(rows, source, score_key="seed_score"), strict=True))
+        return await _candidates(ctx, conn, rows, source, score_key="seed_score")
 
 
 async def links(ctx: SearchContext) -> list[Candidate]:
@@ -775,7 +801,7 @@ async def recent(ctx: SearchContext) -> list[Candidate]:
     """The newest memories, whatever they say: what just happened belongs in the context."""
     async with leg_connection(ctx) as conn:
         rows = await conn.fetch(NEWEST_SQL, *ctx.where_args(), ctx.k, None, timeout=ctx.timeout_s)
-    return _rows(rows, Source.RECENT)
+        return await _rows(ctx, conn, rows, Source.RECENT)
 
 
 async def states(ctx: SearchContext) -> list[Candidate]:
@@ -784,7 +810,7 @@ async def states(ctx: SearchContext) -> list[Candidate]:
         rows = await conn.fetch(
             NEWEST_SQL, *ctx.where_args(), ctx.k, STATE_TYPE, timeout=ctx.timeout_s
         )
-    return _rows(rows, Source.STATES)
+        return await _rows(ctx, conn, rows, Source.STATES)
 
 
 # The exploration slot searches memories older than this before `now`: recency decay and the
