@@ -429,14 +429,15 @@ def in_window(created_at: datetime, window: TimeRange | None) -> bool:
     return not (window.end is not None and created_at >= window.end)
 
 
-def char_bigrams(text: str) -> frozenset[str]:
-    """The character bigrams of a text without its white space (cached with the n-grams)."""
+def char_bigrams(text: str, owner: Hashable = None) -> frozenset[str]:
+    """The character bigrams of a text without its white space, cached with the n-grams under
+    (owner, text): `owner` is the memory (its id), as in doc_ngrams()."""
 
     def make() -> frozenset[str]:
         t = "".join(text.split())
         return frozenset({t[i : i + 2] for i in range(len(t) - 1)} or {t})
 
-    return _NGRAMS.get_or_compute((text, 0), make)
+    return _NGRAMS.get_or_compute((owner, text, 0), make)
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -472,8 +473,9 @@ def dedupe(
         dup = None
         near = np.flatnonzero(sims[i, kept_idx] > threshold) if kept_idx else ()
         for j in (kept_idx[x] for x in near):  # in the order kept, as before
-            gi = char_bigrams(r.candidate.content)
-            if jaccard(gi, char_bigrams(results[j].candidate.content)) >= text_threshold:
+            gi = char_bigrams(r.candidate.content, r.candidate.id)
+            other = results[j].candidate
+            if jaccard(gi, char_bigrams(other.content, other.id)) >= text_threshold:
                 dup = results[j]
                 break
         if dup is not None:

@@ -165,8 +165,8 @@ def test_fuzzy_window_soft_edge_is_near_not_inside_and_decays():
 def test_no_cache_entry_serves_two_memories_of_the_same_text():
     """Tenants never see each other's timings: a long memory's span index and a memory's
     n-gram set were cached by text alone, so a tenant asking about a memory whose text another
-    tenant's memory has and was read lately got its answer faster. Each memory (its id) now
-    has its own entries."""
+    tenant's memory has and was read lately got its answer faster (and the near-duplicate
+    test's bigram sets, by text alone too). Each memory (its id) now has its own entries."""
     from retrieval import rerank as rr
     from retrieval.passages import highlight as hl
 
@@ -183,3 +183,7 @@ def test_no_cache_entry_serves_two_memories_of_the_same_text():
     misses = rr._NGRAMS.misses
     got = rr.lexical_overlap("会議は何曜日", {1: short, 2: short})
     assert got[1] == got[2] > 0 and rr._NGRAMS.misses - misses == 2
+    # The near-duplicate test's bigrams too (they were keyed by the text alone).
+    misses = rr._NGRAMS.misses
+    assert rr.char_bigrams(short, 101) == rr.char_bigrams(short, 202)
+    assert rr._NGRAMS.misses - misses == 2
