@@ -294,7 +294,7 @@ NGRAM_CACHE_BYTES = 64 * 1024 * 1024
 _NGRAMS: ByteLRU[frozenset[str]] = ByteLRU(NGRAM_CACHE_BYTES, lambda _k, v: 200 + 110 * len(v))
 
 
-def doc_ngrams(text: str, n: int, owner: Hashable = None) -> frozenset[str]:
+def doc_ngrams(text: str, n: int, owner: Hashable) -> frozenset[str]:
     """The character n-grams of a memory's text, cached under (owner, text, n): `owner` is the
     memory (its id)."""
     return _NGRAMS.get_or_compute((owner, text, n), lambda: frozenset(char_ngrams(text, n)))
@@ -351,7 +351,7 @@ def highlights(
     q = tuple(char_ngrams(query, 2))
     floor = min((x for got in found.values() for _, _, x in got), default=0.0)
     spans = focus_all(
-        [(c.content, found.get(c.id, ())) for c in cands], q, floor, [c.id for c in cands]
+        [(c.content, found.get(c.id, ())) for c in cands], q, floor, memories=[c.id for c in cands]
     )
     return {c.id: span for c, span in zip(cands, spans, strict=True)}
 
@@ -429,7 +429,7 @@ def in_window(created_at: datetime, window: TimeRange | None) -> bool:
     return not (window.end is not None and created_at >= window.end)
 
 
-def char_bigrams(text: str, owner: Hashable = None) -> frozenset[str]:
+def char_bigrams(text: str, owner: Hashable) -> frozenset[str]:
     """The character bigrams of a text without its white space, cached with the n-grams under
     (owner, text): `owner` is the memory (its id), as in doc_ngrams()."""
 

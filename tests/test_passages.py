@@ -103,14 +103,14 @@ def _grams(query: str) -> tuple[str, ...]:
 
 
 def test_the_highlight_is_the_passage_that_covers_the_query_helped_by_the_vector_leg():
-    assert focus("短い。", (), _grams("短い")) == (Span(0, 3, True), "短い")
+    assert focus("短い。", (), _grams("短い"), owner=1) == (Span(0, 3, True), "短い")
     fuji = LONG.index("富士山")
-    got, text = focus(LONG, (), _grams("富士山の標高は何メートル"))
+    got, text = focus(LONG, (), _grams("富士山の標高は何メートル"), owner=1)
     assert text == clean(LONG[got.start : got.end]) and "。" not in text
     assert got.start <= fuji < got.end
     # Nothing in common with the text: the passage the vector leg found best wins.
     shogi = next(s for s in pack(LONG) if "将棋" in LONG[s.start : s.end])
-    got, _ = focus(LONG, ((shogi.start, shogi.end, 0.9),), _grams("ボードゲームの規則"))
+    got, _ = focus(LONG, ((shogi.start, shogi.end, 0.9),), _grams("ボードゲームの規則"), owner=1)
     assert got == Span(shogi.start, shogi.end)
 
 
@@ -121,9 +121,9 @@ def test_a_passage_no_more_similar_than_the_vector_legs_last_gets_no_vector_cred
     shogi = next(s for s in pack(LONG) if "将棋" in LONG[s.start : s.end])
     found = ((shogi.start, shogi.end, 0.8),)
     query = _grams("富士山についてもっと詳しく教えてください")
-    got, _ = focus(LONG, found, query, floor=0.8)
+    got, _ = focus(LONG, found, query, floor=0.8, owner=1)
     assert "富士山" in LONG[got.start : got.end]
-    got, _ = focus(LONG, found, query, floor=0.7)
+    got, _ = focus(LONG, found, query, floor=0.7, owner=1)
     assert got == Span(shogi.start, shogi.end)
 
 
@@ -135,7 +135,7 @@ def test_a_name_most_passages_hold_does_not_choose_the_highlight():
     paragraphs = [f"グスタフ・マーラーは{i}番目の話題である。{filler}" for i in range(5)]
     paragraphs.insert(3, "グスタフの兄弟は十四人いたが、半数は幼くして亡くなった。" + filler)
     text = "\n\n".join(paragraphs)
-    got, _ = focus(text, (), _grams("グスタフマーラーの兄弟"))
+    got, _ = focus(text, (), _grams("グスタフマーラーの兄弟"), owner=1)
     assert "兄弟" in text[got.start : got.end]
 
 
@@ -180,7 +180,9 @@ def test_the_indexed_highlight_is_a_best_span_by_plain_substring_tests(
         if spans and old_cut:
             found.append((0, min(len(text), 333), 0.9))  # a passage no pack() of today makes
         items.append((text, found if spans else []))
-    for (text, found), (span, cleaned) in zip(items, focus_all(items, grams, 0.7), strict=True):
+    for (text, found), (span, cleaned) in zip(
+        items, focus_all(items, grams, 0.7, memories=range(len(items))), strict=True
+    ):
         oracle = _by_substring(text, found, grams, 0.7)
         if not oracle:  # nothing but blanks and punctuation
             assert span == Span(0, len(text), True)
@@ -191,10 +193,10 @@ def test_the_indexed_highlight_is_a_best_span_by_plain_substring_tests(
 
 def test_the_span_index_is_compact_and_batched_highlights_match_single_ones():
     text = "\n\n".join(TOPICS * 6)
-    ix = span_index(text)
+    ix = span_index(text, 1)
     assert ix.codes.dtype == np.uint32 and ix.owner.dtype == np.int16  # every character in the BMP
     assert ix.nbytes < 8 * len(text)  # codes and owners ~5 bytes a character, texts 2-3
-    assert span_index("𠮷野家の牛丼。" * 100).codes.dtype == np.int64
+    assert span_index("𠮷野家の牛丼。" * 100, 2).codes.dtype == np.int64
     # Each span's cleaned text is kept (a highlight's, read per request); another span's is made.
     assert ix.texts == tuple(clean(text[a:b]) for a, b in ix.spans)
     a, b = ix.spans[1]
@@ -202,9 +204,13 @@ def test_the_span_index_is_compact_and_batched_highlights_match_single_ones():
     assert ix.text(text, (a + 1, b)) == clean(text[a + 1 : b])
     grams = ("富士", "将棋", "標高")
     items = [(text, []), ("短いメモ。", []), (" " * 700, []), (text, [(0, 50, 0.9)])]
-    assert focus_all(items, grams) == [focus(c, f, grams) for c, f in items]
-    assert focus_all([], grams) == []
-    assert focus(" " * 700, (), grams) == (Span(0, 700, True), "")
+    assert focus_all(items, grams, memories=range(len(items))) == [
+        focus(c, f, grams, owner=i) for i, (c, f) in enumerate(items)
+    ]
+    assert focus_all([], grams, memories=[]) == []
+    with pytest.raises(ValueError, match="one memory per item"):  # each is cached by its own
+        focus_all(items, grams, memories=[1])
+    assert focus(" " * 700, (), grams, owner=1) == (Span(0, 700, True), "")
 
 
 def _result(rid: str, content: str, hl: tuple[int, int] | None) -> RetrievalResult:

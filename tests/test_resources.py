@@ -26,7 +26,7 @@ def test_ngram_and_embedding_caches_are_bounded_by_bytes(rt):
     from retrieval import rerank
 
     assert rerank._NGRAMS.max_bytes == rerank.NGRAM_CACHE_BYTES
-    rerank.doc_ngrams("長い" * 50_000, 2)
+    rerank.doc_ngrams("長い" * 50_000, 2, 1)
     assert rerank._NGRAMS.bytes <= rerank.NGRAM_CACHE_BYTES
     assert rt.orchestrator.embeddings.cache.max_bytes == rt.settings.embed_cache_bytes
 

@@ -138,9 +138,9 @@ def bigram_codes(grams: tuple[str, ...], shift: int) -> np.ndarray:
 _INDEX: ByteLRU[SpanIndex] = ByteLRU(INDEX_CACHE_BYTES, lambda _k, v: v.nbytes)
 
 
-def span_index(content: str, owner: Hashable = None) -> SpanIndex:
+def span_index(content: str, owner: Hashable) -> SpanIndex:
     """A long memory's span index, cached under (owner, content): `owner` is the memory (its
-    id), so that no entry serves two tenants."""
+    id), so that no entry serves two tenants (required: a caller that forgot it would share)."""
     return _INDEX.get_or_compute((owner, content), lambda: SpanIndex.of(content))
 
 
@@ -233,13 +233,16 @@ def focus_all(
     items: Sequence[tuple[str, Sequence[tuple[int, int, float]]]],
     grams: Sequence[str],
     floor: float = 0.0,
-    memories: Sequence[Hashable] | None = None,
+    *,
+    memories: Sequence[Hashable],
 ) -> list[tuple[Span, str]]:
     """focus() of each (content, found passages), the long memories' coverage in one pass;
     `memories`: each item's memory (its id), which its span index is cached under."""
     out: list[tuple[Span, str]] = [(Span(0, len(c), True), "") for c, _ in items]
     longs = []
-    ids = list(memories) if memories is not None else [None] * len(items)
+    ids = list(memories)
+    if len(ids) != len(items):
+        raise ValueError("focus_all: one memory per item")
     for i, (content, found) in enumerate(items):
         if len(content) <= PASSAGE_MAX_CHARS:
             out[i] = (Span(0, len(content), True), clean(content))
@@ -274,9 +277,11 @@ def focus(
     found: Sequence[tuple[int, int, float]],
     grams: Sequence[str],
     floor: float = 0.0,
+    *,
+    owner: Hashable,
 ) -> tuple[Span, str]:
     """The span of `content` that best answers and its cleaned text: the whole of a short
     memory; of a long one, the passage that covers most of the query's bigrams `grams`
     (weighted within the memory), found passages (start, end, score) counting VECTOR_WEIGHT at
-    most."""
-    return focus_all([(content, found)], grams, floor)[0]
+    most. `owner`: the memory (its id), as in span_index()."""
+    return focus_all([(content, found)], grams, floor, memories=[owner])[0]
