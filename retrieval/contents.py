@@ -32,14 +32,16 @@ from retrieval.cache import ByteLRU
 INLINE_BYTES = 4096
 
 
-def _reference(m: str) -> str:
-    return f"{m}.xmin AS version, octet_length({m}.content) AS content_bytes"
+def _reference(m: str, prefix: str = "") -> str:
+    return f"{m}.xmin AS {prefix}version, octet_length({m}.content) AS {prefix}content_bytes"
 
 
-def columns(m: str) -> str:
+def columns(m: str, prefix: str = "") -> str:
     """What a leg's statement selects of memory `m` for Contents.of(): the content when it is
-    short, the row's version and the content's length in bytes."""
-    return f"CASE WHEN octet_length({m}.content) <= {INLINE_BYTES} THEN {m}.content END AS content, {_reference(m)}"
+    short, the row's version and the content's length in bytes (named `prefix` + content,
+    version, content_bytes; the memory's id must be selected as `prefix` + id)."""
+    short = f"CASE WHEN octet_length({m}.content) <= {INLINE_BYTES} THEN {m}.content END"
+    return f"{short} AS {prefix}content, {_reference(m, prefix)}"
 
 
 # Returns the contents of the memories $1 of namespace $2 (live or not: the leg already chose
@@ -51,8 +53,8 @@ FROM memories m WHERE m.id = ANY($1::bigint[]) AND m.namespace = $2"""
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 
 
-def _key(row: Any) -> Hashable:
-    return (row["id"], row["version"], row["content_bytes"])
+def _key(row: Any, prefix: str) -> Hashable:
+    return (row[prefix + "id"], row[prefix + "version"], row[prefix + "content_bytes"])
 
 
 class Contents:
@@ -67,22 +69,25 @@ class Contents:
         namespace: str,
         rows: Sequence[Any],
         *,
+        prefix: str = "",
         timeout: float | None = None,
     ) -> list[str | None]:
-        """Each row's content: its own, else the cached one of its version, else fetched (one
-        statement for all of them). None for a memory deleted since its row was read."""
-        out: list[str | None] = [r["content"] for r in rows]
+        """Each row's content (the columns named by `prefix`, as columns() made them): its
+        own, else the cached one of its version, else fetched (one statement for all of them;
+        a memory named by several rows once). None for a memory deleted since its row was
+        read."""
+        out: list[str | None] = [r[prefix + "content"] for r in rows]
         missing: dict[int, list[int]] = {}
         for i, r in enumerate(rows):
             if out[i] is None:
-                out[i] = self.cache.get(_key(r))
+                out[i] = self.cache.get(_key(r, prefix))
                 if out[i] is None:
-                    missing.setdefault(r["id"], []).append(i)
+                    missing.setdefault(r[prefix + "id"], []).append(i)
         if missing:
             for r in await conn.fetch(CONTENTS_SQL, list(missing), namespace, timeout=timeout):
                 # The version fetched (the row may have changed since the leg read it: its text
                 # now is what a caller would be shown).
-                self.cache.put(_key(r), r["content"])
+                self.cache.put(_key(r, ""), r["content"])
                 for i in missing[r["id"]]:
                     out[i] = r["content"]
         return out

@@ -588,6 +588,11 @@ _COVERAGE = (
 )
 
 
+# The seed's text, by reference when it is long (retrieval.contents): a seed is on many rows (a
+# thread's 200), and a long seed's whole text on each was up to 200 times its length a request.
+_SEED_TEXT = f"{columns('sm', 'seed_')}, sm.id AS seed_id"
+
+
 # Returns live memories one link away from a seed, either direction (a reply to a seed, the
 # question a seed replies to), with the seed, the label and the direction.
 LINKS_SQL = f"""
@@ -598,8 +603,8 @@ l AS (
   UNION ALL
   SELECT s.ext, s.score, l.label, l.from_external, 'from'
   FROM s JOIN memory_links l ON l.namespace = $1 AND l.to_external = s.ext)
-SELECT {_COLS}, l.seed, l.score AS seed_score, l.label, l.dir, sm.content AS seed_text,
-       right(sm.content, 1) IN ('?', '？') OR sm.content ~ '(か|かな|の)[。！!]?$' AS seed_asks, {_COVERAGE}
+SELECT {_COLS}, l.seed, l.score AS seed_score, l.label, l.dir, {_SEED_TEXT},
+       right(sm.content, 1) IN ('?', '？') OR right(sm.content, 3) ~ '(か|かな|の)[。！!]?$' AS seed_asks, {_COVERAGE}
 FROM l JOIN memories m ON m.namespace = $1 AND m.external_id = l.other
 JOIN memories sm ON sm.namespace = $1 AND sm.external_id = l.seed
 WHERE {_WHERE}
@@ -628,7 +633,7 @@ rare AS (
   WHERE (SELECT count(*) FROM (SELECT 1 FROM memory_entities x
                                WHERE x.namespace = $1 AND x.entity = ent.entity LIMIT cap.n + 1) c) <= cap.n)
 SELECT * FROM (
-  SELECT DISTINCT ON (m.id) {_COLS}, rare.seed, rare.score AS seed_score, rare.entity, sm.content AS seed_text,
+  SELECT DISTINCT ON (m.id) {_COLS}, rare.seed, rare.score AS seed_score, rare.entity, {_SEED_TEXT},
          {_COVERAGE}, {_holds("m", "$14")} AS has_focus, {_holds("sm", "$14")} AS seed_has_focus
   FROM rare JOIN memory_entities e ON e.namespace = $1 AND e.entity = rare.entity
   JOIN memories m ON m.id = e.memory_id
@@ -645,7 +650,7 @@ t AS (
   SELECT sm.thread, max(s.score) AS score, (array_agg(s.ext ORDER BY s.score DESC))[1] AS seed
   FROM s JOIN memories sm ON sm.namespace = $1 AND sm.external_id = s.ext
   WHERE sm.thread IS NOT NULL GROUP BY sm.thread)
-SELECT {_COLS}, t.seed, t.score AS seed_score, t.thread, sm.content AS seed_text, {_COVERAGE}
+SELECT {_COLS}, t.seed, t.score AS seed_score, t.thread, {_SEED_TEXT}, {_COVERAGE}
 FROM t JOIN memories m ON m.namespace = $1 AND m.thread = t.thread
 JOIN memories sm ON sm.namespace = $1 AND sm.external_id = t.seed
 WHERE {_WHERE} AND m.id <> sm.id
@@ -672,11 +677,13 @@ def _hop(
     kind: str,
     via: str,
     seeds: dict[str, bool],
+    seed_text: str,
 ) -> Candidate:
-    """Say how the candidate was reached from its seed (`r`'s): by what, what it adds of the
-    query, and whether it gives the kind of answer asked for ("date", "amount") where the seed
-    gives none — the hop reaches the answer, the seed only names the way there. `seeds` keeps,
-    per seed, whether it states one: a seed leads to many rows of a source."""
+    """Say how the candidate was reached from its seed (`r`'s, whose text is `seed_text`): by
+    what, what it adds of the query, and whether it gives the kind of answer asked for
+    ("date", "amount") where the seed gives none — the hop reaches the answer, the seed only
+    names the way there. `seeds` keeps, per seed, whether it states one: a seed leads to many
+    rows of a source."""
     seed_cov, union_cov, query_idf = float(r["seed_cov"]), float(r["union_cov"]), r["query_idf"]
     gives_answer = False
     if ctx.intent.asks is not None:
@@ -684,7 +691,7 @@ def _hop(
         said = mentions(kind_asked, (c.title or "") + c.content, most=ANSWER_MAX_MENTIONS + 1)
         if 0 < said <= ANSWER_MAX_MENTIONS:
             if r["seed"] not in seeds:
-                seeds[r["seed"]] = gives(kind_asked, r["seed_text"] or "")
+                seeds[r["seed"]] = gives(kind_asked, seed_text)
             gives_answer = not seeds[r["seed"]]
         if gives_answer:
             via += f", gives the asked {kind_asked.value}"
@@ -692,7 +699,7 @@ def _hop(
     c.hop = Hop(
         seed=r["seed"],
         kind=kind,
-        seed_text=r["seed_text"] or "",
+        seed_text=seed_text,
         added=max(union_cov - seed_cov, 0.0) / query_idf if query_idf > 1e-9 else 0.0,
         gain=union_cov / seed_cov if seed_cov > 0 else 1.0,
         gives_answer=gives_answer,
@@ -711,16 +718,24 @@ def _best(cands: list[Candidate], k: int) -> list[Candidate]:
 
 async def _hop_rows(
     ctx: SearchContext, sql: str, source: Source, *extra: Any
-) -> list[tuple[asyncpg.Record, Candidate]]:
+) -> list[tuple[asyncpg.Record, Candidate, str]]:
     """The rows a hop query (filters, seeds, limit, the query's keywords, extra) returns, each
-    with its candidate scored by its seed's score."""
+    with its candidate scored by its seed's score and the seed's text."""
     ext, scores = _seed_args(ctx)
     async with leg_connection(ctx, generic_plan=True) as conn:
         rows = await conn.fetch(
             sql, *ctx.where_args(), ext, scores, 4 * ctx.k, " ".join(ctx.intent.keywords), *extra,
             timeout=ctx.timeout_s,
         )  # fmt: skip
-        return await _candidates(ctx, conn, rows, source, score_key="seed_score")
+        pairs = await _candidates(ctx, conn, rows, source, score_key="seed_score")
+        seed_texts = await ctx.contents.of(
+            conn,
+            ctx.filters.namespace,
+            [r for r, _ in pairs],
+            prefix="seed_",
+            timeout=ctx.timeout_s,
+        )
+    return [(r, c, t or "") for (r, c), t in zip(pairs, seed_texts, strict=True)]
 
 
 async def links(ctx: SearchContext) -> list[Candidate]:
@@ -729,18 +744,18 @@ async def links(ctx: SearchContext) -> list[Candidate]:
     seeds: dict[str, bool] = {}
     asks: dict[str, bool] = {}  # per seed: does it ask the query's question (one test each)
     pairs = await _hop_rows(ctx, LINKS_SQL, Source.LINKS)
-    for r, c in pairs:
+    for r, c, seed_text in pairs:
         # A reply to a seed that asks the query's question is that question's answer.
         reply = r["label"] == "reply_to" and r["dir"] == "from" and r["seed_asks"]
         if reply and r["seed"] not in asks:
             intent = ctx.intent
-            asks[r["seed"]] = asks_about(r["seed_text"] or "", intent.keywords, intent.name_terms)
+            asks[r["seed"]] = asks_about(seed_text, intent.keywords, intent.name_terms)
         if reply and asks[r["seed"]]:
             kind, via = ANSWERS_QUESTION, f"replies to the question {r['seed']}"
         else:
             kind = r["label"]
             via = f"linked {r['label']} {'from' if r['dir'] == 'to' else 'to'} {r['seed']}"
-        out.append(_hop(ctx, c, r, kind, via, seeds))
+        out.append(_hop(ctx, c, r, kind, via, seeds, seed_text))
     return _best(out, ctx.k)
 
 
@@ -766,12 +781,12 @@ async def entity(ctx: SearchContext) -> list[Candidate]:
     )
     out: list[Candidate] = []
     seeds: dict[str, bool] = {}
-    for r, c in pairs:
+    for r, c, seed_text in pairs:
         via = f"shares 「{r['entity']}」 with {r['seed']}"
         # The memory holds what the question asks about (its 締め切り) and the seed does not.
         if r["has_focus"] and not r["seed_has_focus"]:
             via += f", holds the asked 「{ctx.intent.focus}」"
-        out.append(_hop(ctx, c, r, "entity", via, seeds))
+        out.append(_hop(ctx, c, r, "entity", via, seeds, seed_text))
     return _best(out, ctx.k)
 
 
@@ -779,7 +794,10 @@ async def thread(ctx: SearchContext) -> list[Candidate]:
     """Memories of a seed's thread, nearest in time to the seed first."""
     seeds: dict[str, bool] = {}
     pairs = await _hop_rows(ctx, THREAD_SQL, Source.THREAD)
-    out = [_hop(ctx, c, r, "thread", f"same thread as {r['seed']}", seeds) for r, c in pairs]
+    out = [
+        _hop(ctx, c, r, "thread", f"same thread as {r['seed']}", seeds, seed_text)
+        for r, c, seed_text in pairs
+    ]
     return _best(out, ctx.k)
 
 

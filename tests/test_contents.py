@@ -65,3 +65,20 @@ async def test_a_reference_reads_only_its_namespace_and_rows_that_still_exist(rt
         # Deleted after the leg read its row: left out, not failed.
         assert await contents.of(conn, ns, [mine]) == [None]
         assert await _candidates(ctx, conn, [mine], Source.KEYWORD) == []
+
+
+async def test_a_long_seed_is_read_once_not_on_each_of_its_hops_rows(rt, ns):
+    """A thread's rows each carried the seed's whole text: a long seed with 200 thread mates
+    moved 200 copies of it. Now the seed's text comes by reference, fetched once."""
+    from retrieval.sources import THREAD_SQL, Source, _hop_rows
+
+    mates = [
+        {"id": f"m{i}", "content": f"時計台の見学メモ{i}", "thread": "visit"} for i in range(6)
+    ]
+    await ingest_items(rt, ns, [{"id": "long", "content": LONG, "thread": "visit"}, *mates])
+    contents = Contents()
+    ctx = leg_context(rt, ns, QUERY, contents=contents, seeds=(("long", 1.0),))
+    got = await _hop_rows(ctx, THREAD_SQL, Source.THREAD)
+    assert sorted(c.external_id for _, c, _ in got) == [f"m{i}" for i in range(6)]
+    assert all(r["seed_content"] is None and text == LONG for r, _, text in got)
+    assert len(contents.cache) == 1  # the seed, fetched once for its six rows
