@@ -76,7 +76,7 @@ class SpanIndex:
     shift: int
     codes: np.ndarray
     owner: np.ndarray
-    texts: tuple[str, ...] = ()
+    texts: tuple[str, ...]
 
     @classmethod
     def of(cls, content: str) -> SpanIndex:
