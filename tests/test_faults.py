@@ -297,6 +297,22 @@ def test_a_pool_release_failing_after_a_lost_connection_is_503_not_500():
     assert _status_of(_raised_while(asyncpg.InternalClientError("x"), KeyError("k"))) == 500
 
 
+async def test_a_connection_left_mid_operation_answers_503_and_is_not_raised(rt, monkeypatch):
+    """CI, mid-restart: the error mapped to 503 still went through Starlette's catch-all, which
+    raises it again after answering (the in-process client saw the exception, a server logs
+    a crash)."""
+    from tests.helpers import app_client
+
+    async def left(*_a, **_k):
+        raise asyncpg.InternalClientError("cannot switch to state 12; another operation (2) is")
+
+    monkeypatch.setattr(rt.orchestrator, "retrieve", left)
+    async with app_client(rt) as client:
+        r = await client.post("/v1/retrieve", json={"query": "会議はいつ"})
+    assert r.status_code == 503 and r.headers["retry-after"]
+    assert "unavailable" in r.json()["detail"]
+
+
 async def test_search_legs_run_under_a_server_side_statement_timeout(own_db):
     """A leg's query is stopped by the server at the leg's deadline, not left running."""
     from retrieval.sources import SearchContext, leg_connection

@@ -244,7 +244,11 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         per_path={"/v1/retrieve": retrieve_body_limit(settings)},
     )
     app.add_exception_handler(RequestValidationError, _on_validation)
-    for exc_type in (*STATUS, asyncpg.PostgresError, Exception):
+    # asyncpg's internal errors by their own class too: only the catch-all `Exception` goes to
+    # Starlette's outermost middleware, which sends the handler's answer and then raises the
+    # error again to the server (a 503 mid-restart logged as an application crash, and raised
+    # to an in-process client).
+    for exc_type in (*STATUS, asyncpg.PostgresError, asyncpg.InternalClientError, Exception):
         app.add_exception_handler(exc_type, _on_error)
     for r in (retrieve.router, memories.router, ops.router):
         app.include_router(r)
