@@ -397,7 +397,7 @@ async def _cmd_query(settings: Settings, args: argparse.Namespace) -> int:
     finally:
         await rt.close()
     if args.json:
-        from retrieval.api.schemas import RetrieveResponse
+        from retrieval_client.models import RetrieveResponse
 
         print(RetrieveResponse.model_validate(resp).model_dump_json())
     else:

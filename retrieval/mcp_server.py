@@ -2,7 +2,7 @@
 agent host gives a model — search memories, remember, forget, feedback.
 
 Each tool calls the service's own HTTP API in process (an httpx ASGI transport, no socket),
-through `retrieval.client`: the same validation, limits, tenant share, API keys and namespace
+through the light client (`retrieval_client`): the same validation, limits, tenant share, API keys and namespace
 scopes as the REST routes, with no second copy of any of them. Over HTTP (`retrieval serve`
 mounts it at `/mcp/`) the caller's `Authorization` header is passed on, so a key bound to
 `nsA` can do nothing in `nsB` here either; over stdio (`retrieval mcp`, started by a local
@@ -26,9 +26,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
 from retrieval.api.deps import bearer_token, find_key
-from retrieval.api.schemas import IngestOut, JobOut, RetrieveResponse
-from retrieval.client import ApiError, AsyncRetrievalClient, InvalidRequest, Unavailable
 from retrieval.validation import Metadata
+from retrieval_client import ApiError, AsyncRetrievalClient, InvalidRequest, Unavailable
+from retrieval_client.models import IngestOut, JobOut, RetrieveResponse
 
 # Characters of a memory's content a search result shows the model.
 MAX_CONTENT_CHARS = 1500

@@ -7,6 +7,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+# The API's vocabulary (how a retrieval searched, a result's label, how a source went) is defined
+# once, with the answer models, in the light client; the core uses it as its own.
+from retrieval_client.models import Relevance, SourceStatus, Strategy
+
 # The instants this service reasons about: a time expression, a `now` and a stored timestamp
 # must lie in [TIME_MIN, TIME_MAX). datetime itself spans years 1-9999, but a local time near
 # either end cannot be converted to UTC (or to PostgreSQL's timestamptz) without overflowing.
@@ -25,16 +29,6 @@ class QueryType(StrEnum):
     PROCEDURAL = "procedural"
     TEMPORAL = "temporal"
     COMPARATIVE = "comparative"
-
-
-class Strategy(StrEnum):
-    SEMANTIC_ONLY = "semantic_only"
-    KEYWORD_BOOST = "keyword_boost"
-    TEMPORAL = "temporal"
-    HYBRID = "hybrid"
-    # Baselines for evaluation: a single leg, no fusion tricks.
-    VECTOR_ONLY = "vector_only"
-    KEYWORD_ONLY = "keyword_only"
 
 
 class Source(StrEnum):
@@ -58,26 +52,9 @@ EXPANSION_SOURCES = frozenset({Source.LINKS, Source.ENTITY, Source.THREAD})
 ADDABLE_SOURCES = frozenset({Source.RECENT, Source.STATES, Source.VECTOR_GLOBAL})
 
 
-class SourceStatus(StrEnum):
-    """How a source's search went."""
-
-    OK = "ok"
-    SKIPPED = "skipped"  # nothing to search for (no keywords, no window, no seeds)
-    TIMEOUT = "timeout"
-    ERROR = "error"
-    UNAVAILABLE = "unavailable"  # the server lacks what it needs (pg_trgm)
-
-
 # A source that failed; and the statuses that make an answer degraded.
 FAILED = frozenset({SourceStatus.TIMEOUT, SourceStatus.ERROR})
 DEGRADING = FAILED | {SourceStatus.UNAVAILABLE}
-
-
-class Relevance(StrEnum):
-    HIGH = "high"  # a strong score, not a near-duplicate of a better result
-    MEDIUM = "medium"
-    NEAR_WINDOW = "near_window"  # just outside a fuzzy window (お盆の頃, around March)
-    OUTSIDE_WINDOW = "outside_window"
 
 
 class WindowMode(StrEnum):

@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh --dev
 bash scripts/ensure_prometheus.sh || true
-.venv/bin/ruff check retrieval db tests scripts
-.venv/bin/ruff format --check retrieval db tests scripts
+.venv/bin/ruff check retrieval db tests scripts clients
+.venv/bin/ruff format --check retrieval db tests scripts clients
 .venv/bin/mypy
 .venv/bin/python -m pytest "$@"

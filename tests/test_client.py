@@ -1,4 +1,4 @@
-"""retrieval.client against a real `retrieval serve` on the test store: every route, typed
+"""The light client (retrieval_client) against a real `retrieval serve` on the test store: every route, typed
 answers, errors by status, retries after Retry-After, jobs, and what is never sent twice."""
 
 from __future__ import annotations
@@ -6,28 +6,25 @@ from __future__ import annotations
 import time
 import uuid
 
-import httpx
 import pytest
 
-from retrieval.api.schemas import (
+from retrieval_client import (
     ArchivedOut,
+    AsyncRetrievalClient,
     FeedbackOut,
+    Forbidden,
     IngestOut,
+    InvalidRequest,
     JobOut,
     MemoryOut,
-    RetrieveResponse,
-    RunOut,
-)
-from retrieval.client import (
-    AsyncRetrievalClient,
-    Forbidden,
-    InvalidRequest,
     NotFound,
     RateLimited,
     RetrievalClient,
+    RetrieveResponse,
+    RunOut,
     Unauthorized,
 )
-from tests.helpers import KEY_ALL, KEY_TEAM_A, free_port, running_server
+from tests.helpers import KEY_ALL, KEY_TEAM_A, running_server
 
 
 @pytest.fixture(scope="module")
@@ -131,66 +128,10 @@ async def test_async_client_jobs_and_retry_after(queuing_server):
         assert "share" in str(limited.value.detail)
 
 
-def test_a_request_that_got_no_answer_is_retried_unless_it_could_land_twice():
-    port = free_port()  # nothing listens there: every attempt fails to connect
-    sent: list[str] = []
+def test_the_old_import_path_is_the_light_client():
+    """`retrieval.client` (existing callers) is the light client, not a copy of it."""
+    import retrieval.client
+    import retrieval_client
 
-    def counting(request: httpx.Request) -> httpx.Response:
-        sent.append(request.url.path)
-        raise httpx.ConnectError("refused", request=request)
-
-    with RetrievalClient(
-        f"http://127.0.0.1:{port}",
-        retries=2,
-        max_wait_s=0.01,
-        transport=httpx.MockTransport(counting),
-    ) as c:
-        with pytest.raises(httpx.ConnectError):
-            c.retrieve("出張")
-        assert sent == ["/v1/retrieve"] * 3
-        sent.clear()
-        with pytest.raises(httpx.ConnectError):
-            c.remember([{"content": "idのないメモ"}])  # could be written twice: sent once
-        assert sent == ["/v1/memories"]
-        sent.clear()
-        with pytest.raises(httpx.ConnectError):
-            c.remember([{"id": "m1", "content": "idのあるメモ"}])  # an upsert: retried
-        assert sent == ["/v1/memories"] * 3
-
-
-def test_reads_carry_the_last_writes_position():
-    """With replicas a write answers with its WAL position; the next reads of that namespace
-    send it (also a read served by another process of the service then waits for it)."""
-    seen: list[httpx.Request] = []
-
-    def service(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        if request.url.path == "/v1/memories":
-            return httpx.Response(
-                200,
-                json={
-                    "namespace": "n1",
-                    "received": 1,
-                    "inserted": 1,
-                    "updated": 0,
-                    "embedded": 1,
-                    "ids": ["x"],
-                    "seconds": 0.1,
-                    "lsn": "0/3000148",
-                },
-            )
-        return httpx.Response(404, json={"detail": "no memory"})
-
-    with RetrievalClient("http://t", transport=httpx.MockTransport(service), retries=0) as c:
-        c.remember([{"id": "x", "content": "メモ"}], namespace="n1")
-        with pytest.raises(NotFound):
-            c.get("x", namespace="n1")
-        with pytest.raises(NotFound):
-            c.retrieve("メモ", namespace="n1")
-        with pytest.raises(NotFound):
-            c.retrieve("メモ", namespace="n2")
-    assert seen[1].url.params["after_lsn"] == "0/3000148"
-    import json
-
-    assert json.loads(seen[2].content)["options"]["after_lsn"] == "0/3000148"
-    assert "after_lsn" not in json.loads(seen[3].content)["options"]  # another namespace
+    assert retrieval.client.RetrievalClient is retrieval_client.RetrievalClient
+    assert retrieval.client.InvalidRequest is retrieval_client.InvalidRequest

@@ -393,8 +393,8 @@ async def test_embed_passages_gives_stored_long_memories_theirs_and_resumes(rt, 
 
 
 def test_the_mcp_answer_shows_a_long_memory_by_the_part_that_answers():
-    from retrieval.api.schemas import RetrieveResponse
     from retrieval.mcp_server import MAX_CONTENT_CHARS, render_results
+    from retrieval_client.models import RetrieveResponse
 
     at = LONG.index("将棋")
     r = _result("doc", LONG, (at, at + 100))

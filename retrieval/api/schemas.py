@@ -1,4 +1,5 @@
-"""Request and response bodies of the HTTP API (pydantic at the edge).
+"""Request bodies of the HTTP API (pydantic at the edge); the answers are the light client's
+models (`retrieval_client.models`, defined once, re-exported here for the routes).
 
 Hostile input is refused here, by field: NUL characters and lone surrogates in any string,
 NaN/Infinity and deep or huge metadata, times outside 1900-2200 or without an offset, ids
@@ -9,23 +10,15 @@ that a URL cannot address, duplicate ids in a batch. Sizes that the deployment c
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    field_serializer,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, Field, model_validator
 
 from retrieval.config import Settings
 from retrieval.context import MAX_CONTEXT_WINDOW
 from retrieval.errors import InvalidInput
 from retrieval.ingest import MAX_ID_CHARS, MemoryIn
-from retrieval.models import QueryIntent, Relevance, SourceStatus, Strategy
+from retrieval.models import Strategy
 from retrieval.passages.budget import MAX_BUDGET_CHARS
 from retrieval.validation import (
     MAX_NAMESPACE_CHARS,
@@ -34,6 +27,10 @@ from retrieval.validation import (
     SafeId,
     SafeStr,
     duplicate_ids,
+)
+from retrieval_client.models import (
+    JobOut,
+    Problem,
 )
 
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
@@ -170,179 +167,9 @@ class RetrieveRequest(BaseModel):
     options: RetrieveOptionsIn = Field(default_factory=RetrieveOptionsIn)
 
 
-class ContextOut(BaseModel):
-    """A memory beside a result: position -1 is just before it, 1 just after."""
-
-    model_config = ConfigDict(from_attributes=True)
-
-    id: str
-    content: str
-    title: str | None
-    memory_type: str
-    created_at: datetime
-    position: int
-
-
-class HighlightOut(BaseModel):
-    """The part of the content that answers: content[start:end] of the stored memory."""
-
-    model_config = ConfigDict(from_attributes=True)
-
-    start: int
-    end: int
-    text: str
-
-
-class BudgetOut(BaseModel):
-    """How the results were fitted into the budget (options.max_chars / max_tokens)."""
-
-    model_config = ConfigDict(from_attributes=True)
-
-    max_chars: int
-    used_chars: int
-    whole: int = Field(description="Results returned whole.")
-    cut: list[str] = Field(description="Ids returned as their highlight only.")
-    omitted: list[str] = Field(description="Ids left out: not even their highlight fitted.")
-
-
-class ResultOut(BaseModel):
-    """One result, read from the core's RetrievalResult (no copy of its fields elsewhere)."""
-
-    model_config = ConfigDict(from_attributes=True)
-
-    id: str
-    content: str
-    title: str | None
-    memory_type: str
-    source_type: str
-    metadata: dict[str, Any]
-    created_at: datetime
-    score: float
-    signals: dict[str, float]
-    sources: list[str]
-    relevance: Relevance = Field(
-        description="high | medium | near_window (a fuzzy window's soft edge) | outside_window"
-    )
-    reason: str
-    context: list[ContextOut] = Field(
-        default_factory=list,
-        description="The memories around it in its thread or reply chain (options.context_window).",
-    )
-    highlight: HighlightOut | None = Field(
-        default=None,
-        description="The part of the content that answers, with its character offsets (the "
-        "whole content for a memory of one passage).",
-    )
-    cut: bool = Field(
-        default=False,
-        description="`content` is only the highlight: the whole did not fit the budget.",
-    )
-
-    @field_serializer("score")
-    def _score(self, v: float) -> float:
-        return round(v, 6)
-
-    @field_serializer("signals")
-    def _signals(self, v: dict[str, float]) -> dict[str, float]:
-        return {k: round(x, 6) for k, x in v.items()}
-
-
-class SourceOut(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-    latency_ms: float
-    count: int
-    status: SourceStatus = Field(
-        description="ok | skipped (nothing to search for) | timeout | error | unavailable (the server lacks it)"
-    )
-    error: str | None
-
-    @field_serializer("latency_ms")
-    def _ms(self, v: float) -> float:
-        return round(v, 3)
-
-
-class MetadataOut(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-    strategy_used: Strategy
-    query_intent: dict[str, Any]
-    total_latency_ms: float
-    search_breakdown: dict[str, SourceOut]
-    stage_latency_ms: dict[str, float]
-    num_results_before_rerank: int
-    num_results_after_rerank: int
-    degraded: list[str] = Field(
-        description="Sources that timed out or failed: the answer is partial."
-    )
-    run_id: str
-    params: dict[str, Any]
-    budget: BudgetOut | None = Field(
-        default=None, description="With a budget: what it let through (else null)."
-    )
-
-    @field_validator("query_intent", mode="before")
-    @classmethod
-    def _intent(cls, v: Any) -> Any:
-        return v.to_json() if isinstance(v, QueryIntent) else v
-
-    @field_serializer("total_latency_ms")
-    def _total(self, v: float) -> float:
-        return round(v, 3)
-
-    @field_serializer("stage_latency_ms")
-    def _stages(self, v: dict[str, float]) -> dict[str, float]:
-        return {k: round(x, 3) for k, x in v.items()}
-
-
-class RetrieveResponse(BaseModel):
-    """The answer: read from the core's RetrievalResponse with `model_validate`."""
-
-    model_config = ConfigDict(from_attributes=True)
-
-    results: list[ResultOut]
-    metadata: MetadataOut | None
-
-
 class MemoriesIn(BaseModel):
     namespace: NamespaceStr = "default"
     memories: list[MemoryIn] = Field(min_length=1)
-
-
-class IngestOut(BaseModel):
-    namespace: str
-    received: int
-    inserted: int
-    updated: int
-    embedded: int
-    ids: list[str]
-    seconds: float
-    stage_seconds: dict[str, float] = Field(
-        default_factory=dict,
-        description="where the time went: lookup, analyse, embed, write (the transaction)",
-    )
-    lsn: str | None = Field(
-        default=None, description="the primary's WAL position after the write (with replicas)"
-    )
-
-
-class JobOut(BaseModel):
-    """A write queued because its embedding takes longer than one request should."""
-
-    id: str
-    namespace: str
-    state: Literal["queued", "running", "done", "failed"]
-    received: int
-    ids: list[str] = Field(description="the memories' ids, fixed when the job was accepted")
-    estimate_s: float = Field(description="the embedding time estimated when it was accepted")
-    attempts: int
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    report: IngestOut | None = Field(description="what was written, once done")
-    error: str | None = Field(
-        description="why the last attempt failed (queued: it is tried again; failed: given up)"
-    )
 
 
 class FeedbackIn(BaseModel):
@@ -351,52 +178,6 @@ class FeedbackIn(BaseModel):
     run_id: str | None = Field(default=None, pattern=UUID_PATTERN)
     negative: bool = True
     comment: SafeStr | None = Field(default=None, max_length=2000)
-
-
-class MemoryOut(BaseModel):
-    id: str
-    namespace: str
-    content: str
-    title: str | None
-    memory_type: str
-    source_type: str
-    metadata: dict[str, Any]
-    created_at: datetime
-    ingested_at: datetime
-    expires_at: datetime | None
-    is_archived: bool
-    searchable: bool
-
-
-class ArchivedOut(BaseModel):
-    id: str
-    namespace: str
-    archived: bool
-
-
-class FeedbackOut(BaseModel):
-    id: str
-    namespace: str
-    searchable: bool
-
-
-class RunOut(BaseModel):
-    run_id: str
-    namespace: str
-    query: str
-    strategy: str
-    plan: dict[str, Any]
-    candidate_ids: list[str]
-    selected_ids: list[str]
-    latencies: dict[str, Any]
-    degraded: list[str]
-    created_at: datetime
-
-
-class Problem(BaseModel):
-    """An error: `detail` is a message, or a list of {loc, field, msg} for invalid input."""
-
-    detail: str | list[dict[str, Any]]
 
 
 COMMON_RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -16,13 +16,8 @@ from retrieval.api.schemas import (
     LSN_PATTERN,
     NOT_FOUND,
     QUEUED,
-    ArchivedOut,
     FeedbackIn,
-    FeedbackOut,
-    IngestOut,
-    JobOut,
     MemoriesIn,
-    MemoryOut,
     check_limits,
 )
 from retrieval.errors import NotFound
@@ -35,6 +30,7 @@ from retrieval.ingest import (
     to_embed,
 )
 from retrieval.validation import MAX_NAMESPACE_CHARS, NAMESPACE_PATTERN, check_id
+from retrieval_client.models import ArchivedOut, FeedbackOut, IngestOut, JobOut, MemoryOut
 
 router = APIRouter(tags=["memories"])
 

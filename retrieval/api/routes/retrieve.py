@@ -13,12 +13,11 @@ from retrieval.api.schemas import (
     OVER_SHARE,
     UUID_PATTERN,
     RetrieveRequest,
-    RetrieveResponse,
-    RunOut,
     check_limits,
 )
 from retrieval.errors import NotFound
 from retrieval.models import RetrievalOptions, Source, TimeRange
+from retrieval_client.models import RetrieveResponse, RunOut
 
 router = APIRouter(tags=["retrieval"])
 

@@ -1,0 +1,58 @@
+"""The Retrieval Orchestrator's Python client: `RetrievalClient` (blocking) and
+`AsyncRetrievalClient` (asyncio), the API's answer models, and an exception per refusal.
+
+It depends on httpx and pydantic only, and importing it changes nothing in the caller's
+process (no environment variable, no thread, no logging setup).
+"""
+
+from retrieval_client.client import RETRY_STATUSES, AsyncRetrievalClient, RetrievalClient
+from retrieval_client.errors import (
+    ApiError,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    RateLimited,
+    TooLarge,
+    Unauthorized,
+    Unavailable,
+)
+from retrieval_client.models import (
+    ArchivedOut,
+    FeedbackOut,
+    IngestOut,
+    JobOut,
+    MemoryOut,
+    Relevance,
+    ResultOut,
+    RetrieveResponse,
+    RunOut,
+    SourceStatus,
+    Strategy,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "RETRY_STATUSES",
+    "ApiError",
+    "ArchivedOut",
+    "AsyncRetrievalClient",
+    "FeedbackOut",
+    "Forbidden",
+    "IngestOut",
+    "InvalidRequest",
+    "JobOut",
+    "MemoryOut",
+    "NotFound",
+    "RateLimited",
+    "Relevance",
+    "ResultOut",
+    "RetrievalClient",
+    "RetrieveResponse",
+    "RunOut",
+    "SourceStatus",
+    "Strategy",
+    "TooLarge",
+    "Unauthorized",
+    "Unavailable",
+]

@@ -1,0 +1,416 @@
+"""A typed Python client for the Retrieval Orchestrator's HTTP API, sync (`RetrievalClient`) and
+async (`AsyncRetrievalClient`), reading the answers into the API's own models.
+
+    from retrieval_client import RetrievalClient
+
+    with RetrievalClient("http://127.0.0.1:8000", api_key="...") as c:
+        c.remember([{"content": "来週の金曜に京都へ出張"}], namespace="agent-1")
+        for r in c.retrieve("出張はいつ？", namespace="agent-1").results:
+            print(r.score, r.content, r.reason)
+
+What it does for the caller:
+- **Errors by status**: every refusal is an `ApiError` subclass (`InvalidRequest` 422 with the
+  fields named, `Unauthorized` 401, `Forbidden` 403, `NotFound` 404, `TooLarge` 413,
+  `RateLimited` 429, `Unavailable` 503), carrying the status and the service's `detail`.
+- **Retries**: 503 and 429 are tried again after their `Retry-After` (at most `max_wait_s` a
+  time, `retries` times); so is a request that could not be sent or answered (connection
+  refused, reset, timed out) — except a write whose memories have no `id`, which would be
+  written twice if the first one had landed.
+- **Timeouts**: `timeout` seconds for each attempt (connect, read, write, pool).
+- **Read your writes**: after a write of a namespace (with read replicas), the `lsn` it answered
+  with is sent with this client's next reads of that namespace (`options.after_lsn`), so a
+  read replica behind the write does not answer them — also when another process of the
+  service took the write.
+- A write that the service queues as a job (202) returns the `JobOut`; `wait_for_job` follows
+  it until it is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel
+
+from retrieval_client.errors import BY_STATUS, ApiError
+from retrieval_client.models import (
+    ArchivedOut,
+    FeedbackOut,
+    IngestOut,
+    JobOut,
+    MemoryOut,
+    RetrieveResponse,
+    RunOut,
+)
+
+RETRY_STATUSES = (429, 503)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        return float(response.headers["retry-after"])
+    except (KeyError, ValueError):
+        return None
+
+
+def _error(response: httpx.Response) -> ApiError:
+    try:
+        detail = response.json().get("detail", response.text)
+    except ValueError:
+        detail = response.text
+    cls = BY_STATUS.get(response.status_code, ApiError)
+    return cls(response.status_code, detail, _retry_after(response))
+
+
+class _Call:
+    """One API call: what to send, how to read the answer, whether it may be sent twice."""
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        model: type[BaseModel] | None,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        idempotent: bool = True,
+        accepted: type[BaseModel] | None = None,
+    ) -> None:
+        self.method, self.path, self.model = method, path, model
+        self.json, self.params, self.idempotent, self.accepted = json, params, idempotent, accepted
+
+
+class _Base:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        retries: int = 3,
+        max_wait_s: float = 10.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.timeout = httpx.Timeout(timeout)
+        self.retries = retries
+        self.max_wait_s = max_wait_s
+        self._lsn: dict[str, str] = {}  # namespace -> the last write's WAL position
+
+    # What each route sends (shared by both clients).
+
+    def _retrieve(
+        self,
+        query: str,
+        namespace: str,
+        limit: int | None,
+        recent_conversation: Iterable[Mapping[str, Any]] | None,
+        options: Mapping[str, Any] | None,
+    ) -> _Call:
+        opts = dict(options or {})
+        if limit is not None:
+            opts["limit"] = limit
+        if namespace in self._lsn and "after_lsn" not in opts:
+            opts["after_lsn"] = self._lsn[namespace]
+        body: dict[str, Any] = {"query": query, "namespace": namespace, "options": opts}
+        if recent_conversation:
+            body["recent_conversation"] = list(recent_conversation)
+        return _Call("POST", "/v1/retrieve", RetrieveResponse, json=body)
+
+    def _remember(self, memories: Iterable[Mapping[str, Any]], namespace: str) -> _Call:
+        items = [dict(m) for m in memories]
+        return _Call(
+            "POST",
+            "/v1/memories",
+            IngestOut,
+            json={"namespace": namespace, "memories": items},
+            idempotent=all(m.get("id") for m in items),  # an upsert by id may be sent twice
+            accepted=JobOut,
+        )
+
+    def _get(self, memory_id: str, namespace: str) -> _Call:
+        params = {"namespace": namespace}
+        if namespace in self._lsn:
+            params["after_lsn"] = self._lsn[namespace]
+        return _Call("GET", f"/v1/memories/{_segment(memory_id)}", MemoryOut, params=params)
+
+    def _forget(self, memory_id: str, namespace: str) -> _Call:
+        return _Call(
+            "DELETE",
+            f"/v1/memories/{_segment(memory_id)}",
+            ArchivedOut,
+            params={"namespace": namespace},
+        )
+
+    def _feedback(
+        self,
+        memory_id: str,
+        namespace: str,
+        run_id: str | None,
+        negative: bool,
+        comment: str | None,
+    ) -> _Call:
+        body = {
+            "namespace": namespace,
+            "memory_id": memory_id,
+            "run_id": run_id,
+            "negative": negative,
+            "comment": comment,
+        }
+        return _Call("POST", "/v1/feedback", FeedbackOut, json=body, idempotent=False)
+
+    def _run(self, run_id: str) -> _Call:
+        return _Call("GET", f"/v1/runs/{_segment(run_id)}", RunOut)
+
+    def _job(self, job_id: str, namespace: str) -> _Call:
+        return _Call("GET", f"/v1/jobs/{_segment(job_id)}", JobOut, params={"namespace": namespace})
+
+    # Answers.
+
+    def _wait_s(self, response: httpx.Response | None, attempt: int) -> float:
+        after = _retry_after(response) if response is not None else None
+        return min(self.max_wait_s, after if after is not None else 0.5 * 2**attempt)
+
+    def _may_retry(self, call: _Call, response: httpx.Response | None, attempt: int) -> bool:
+        if attempt >= self.retries:
+            return False
+        if response is None:  # not sent, or no answer: only what may land twice
+            return call.idempotent
+        return response.status_code in RETRY_STATUSES
+
+    def _read(self, call: _Call, response: httpx.Response) -> Any:
+        if response.status_code >= 400:
+            raise _error(response)
+        model = call.accepted if response.status_code == 202 and call.accepted else call.model
+        out = model.model_validate(response.json()) if model is not None else response.json()
+        if isinstance(out, IngestOut):
+            self._note_written(out)
+        return out
+
+    def _note_written(self, report: IngestOut | None) -> None:
+        """Remember a write's WAL position for the next reads of its namespace."""
+        if report is not None and report.lsn:
+            self._lsn[report.namespace] = report.lsn
+
+
+def _segment(value: str) -> str:
+    """A path segment: the id's characters escaped (an id may hold '?', '#', spaces ...)."""
+    return quote(value, safe="")
+
+
+class RetrievalClient(_Base):
+    """The API over HTTP, blocking. `transport`: an httpx transport (tests, proxies)."""
+
+    def __init__(
+        self, base_url: str, *, transport: httpx.BaseTransport | None = None, **kw: Any
+    ) -> None:
+        super().__init__(base_url, **kw)
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=self.headers, timeout=self.timeout, transport=transport
+        )
+
+    def __enter__(self) -> RetrievalClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _send(self, call: _Call) -> Any:
+        attempt = 0
+        while True:
+            response: httpx.Response | None = None
+            try:
+                response = self._http.request(
+                    call.method, call.path, json=call.json, params=call.params
+                )
+            except httpx.TransportError:
+                if not self._may_retry(call, None, attempt):
+                    raise
+            if response is not None and not self._may_retry(call, response, attempt):
+                return self._read(call, response)
+            time.sleep(self._wait_s(response, attempt))
+            attempt += 1
+
+    def retrieve(
+        self,
+        query: str,
+        namespace: str = "default",
+        *,
+        limit: int | None = None,
+        recent_conversation: Iterable[Mapping[str, Any]] | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> RetrieveResponse:
+        """POST /v1/retrieve; `options` as the API's (time_range, context_window ...)."""
+        out: RetrieveResponse = self._send(
+            self._retrieve(query, namespace, limit, recent_conversation, options)
+        )
+        return out
+
+    def remember(
+        self, memories: Iterable[Mapping[str, Any]], namespace: str = "default"
+    ) -> IngestOut | JobOut:
+        """POST /v1/memories: IngestOut when written, JobOut when queued (see wait_for_job)."""
+        out: IngestOut | JobOut = self._send(self._remember(memories, namespace))
+        return out
+
+    def wait_for_job(
+        self, job: JobOut, *, poll_s: float = 1.0, timeout_s: float = 3600.0
+    ) -> JobOut:
+        """Follow a queued write until it is done (or failed: returned, with its `error`)."""
+        deadline = time.monotonic() + timeout_s
+        while job.state in ("queued", "running"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job.id} still {job.state} after {timeout_s} s")
+            time.sleep(poll_s)
+            job = self.job(job.id, job.namespace)
+        self._note_written(job.report)
+        return job
+
+    def get(self, memory_id: str, namespace: str = "default") -> MemoryOut:
+        """GET /v1/memories/{id}."""
+        out: MemoryOut = self._send(self._get(memory_id, namespace))
+        return out
+
+    def forget(self, memory_id: str, namespace: str = "default") -> ArchivedOut:
+        """DELETE /v1/memories/{id}: archived, no longer found."""
+        out: ArchivedOut = self._send(self._forget(memory_id, namespace))
+        return out
+
+    def feedback(
+        self,
+        memory_id: str,
+        namespace: str = "default",
+        *,
+        run_id: str | None = None,
+        negative: bool = True,
+        comment: str | None = None,
+    ) -> FeedbackOut:
+        """POST /v1/feedback: this memory did (not) help the run's answer."""
+        out: FeedbackOut = self._send(
+            self._feedback(memory_id, namespace, run_id, negative, comment)
+        )
+        return out
+
+    def run(self, run_id: str) -> RunOut:
+        """GET /v1/runs/{run_id}: a logged retrieval, with its plan and candidates."""
+        out: RunOut = self._send(self._run(run_id))
+        return out
+
+    def job(self, job_id: str, namespace: str = "default") -> JobOut:
+        """GET /v1/jobs/{id}."""
+        out: JobOut = self._send(self._job(job_id, namespace))
+        return out
+
+
+class AsyncRetrievalClient(_Base):
+    """The API over HTTP for asyncio; the same calls as RetrievalClient, awaited."""
+
+    def __init__(
+        self, base_url: str, *, transport: httpx.AsyncBaseTransport | None = None, **kw: Any
+    ) -> None:
+        super().__init__(base_url, **kw)
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, headers=self.headers, timeout=self.timeout, transport=transport
+        )
+
+    async def __aenter__(self) -> AsyncRetrievalClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def _send(self, call: _Call) -> Any:
+        attempt = 0
+        while True:
+            response: httpx.Response | None = None
+            try:
+                response = await self._http.request(
+                    call.method, call.path, json=call.json, params=call.params
+                )
+            except httpx.TransportError:
+                if not self._may_retry(call, None, attempt):
+                    raise
+            if response is not None and not self._may_retry(call, response, attempt):
+                return self._read(call, response)
+            await asyncio.sleep(self._wait_s(response, attempt))
+            attempt += 1
+
+    async def retrieve(
+        self,
+        query: str,
+        namespace: str = "default",
+        *,
+        limit: int | None = None,
+        recent_conversation: Iterable[Mapping[str, Any]] | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> RetrieveResponse:
+        """POST /v1/retrieve; `options` as the API's (time_range, context_window ...)."""
+        out: RetrieveResponse = await self._send(
+            self._retrieve(query, namespace, limit, recent_conversation, options)
+        )
+        return out
+
+    async def remember(
+        self, memories: Iterable[Mapping[str, Any]], namespace: str = "default"
+    ) -> IngestOut | JobOut:
+        """POST /v1/memories: IngestOut when written, JobOut when queued (see wait_for_job)."""
+        out: IngestOut | JobOut = await self._send(self._remember(memories, namespace))
+        return out
+
+    async def wait_for_job(
+        self, job: JobOut, *, poll_s: float = 1.0, timeout_s: float = 3600.0
+    ) -> JobOut:
+        """Follow a queued write until it is done (or failed: returned, with its `error`)."""
+        deadline = time.monotonic() + timeout_s
+        while job.state in ("queued", "running"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job.id} still {job.state} after {timeout_s} s")
+            await asyncio.sleep(poll_s)
+            job = await self.job(job.id, job.namespace)
+        self._note_written(job.report)
+        return job
+
+    async def get(self, memory_id: str, namespace: str = "default") -> MemoryOut:
+        """GET /v1/memories/{id}."""
+        out: MemoryOut = await self._send(self._get(memory_id, namespace))
+        return out
+
+    async def forget(self, memory_id: str, namespace: str = "default") -> ArchivedOut:
+        """DELETE /v1/memories/{id}: archived, no longer found."""
+        out: ArchivedOut = await self._send(self._forget(memory_id, namespace))
+        return out
+
+    async def feedback(
+        self,
+        memory_id: str,
+        namespace: str = "default",
+        *,
+        run_id: str | None = None,
+        negative: bool = True,
+        comment: str | None = None,
+    ) -> FeedbackOut:
+        """POST /v1/feedback: this memory did (not) help the run's answer."""
+        out: FeedbackOut = await self._send(
+            self._feedback(memory_id, namespace, run_id, negative, comment)
+        )
+        return out
+
+    async def run(self, run_id: str) -> RunOut:
+        """GET /v1/runs/{run_id}: a logged retrieval, with its plan and candidates."""
+        out: RunOut = await self._send(self._run(run_id))
+        return out
+
+    async def job(self, job_id: str, namespace: str = "default") -> JobOut:
+        """GET /v1/jobs/{id}."""
+        out: JobOut = await self._send(self._job(job_id, namespace))
+        return out

@@ -1,0 +1,290 @@
+"""The API's answers, as the service sends them: one definition, read by this client and
+written by the service (which imports these models for its routes and its OpenAPI document).
+
+Requests are plain mappings (`remember([{"content": ...}])`): the service validates them and
+names each bad field in a 422, which this client raises as `InvalidRequest`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+
+
+class Strategy(StrEnum):
+    """How a retrieval searched: chosen from the question, or forced by the caller."""
+
+    SEMANTIC_ONLY = "semantic_only"
+    KEYWORD_BOOST = "keyword_boost"
+    TEMPORAL = "temporal"
+    HYBRID = "hybrid"
+    # Baselines for evaluation: a single leg, no fusion.
+    VECTOR_ONLY = "vector_only"
+    KEYWORD_ONLY = "keyword_only"
+
+
+class Relevance(StrEnum):
+    """A result's label, strongest first."""
+
+    HIGH = "high"  # a strong score, not a near-duplicate of a better result
+    MEDIUM = "medium"
+    NEAR_WINDOW = "near_window"  # just outside a fuzzy window (お盆の頃, around March)
+    OUTSIDE_WINDOW = "outside_window"
+
+
+class SourceStatus(StrEnum):
+    """How one search source went."""
+
+    OK = "ok"
+    SKIPPED = "skipped"  # nothing to search for (no keywords, no window, no seeds)
+    TIMEOUT = "timeout"
+    ERROR = "error"
+    UNAVAILABLE = "unavailable"  # the server lacks what it needs (pg_trgm)
+
+
+class _Out(BaseModel):
+    """An answer model; the service builds it from its own objects' attributes."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+class ContextOut(_Out):
+    """A memory beside a result: position -1 is just before it, 1 just after."""
+
+    id: str
+    content: str
+    title: str | None
+    memory_type: str
+    created_at: datetime
+    position: int
+
+
+class HighlightOut(_Out):
+    """The part of the content that answers: content[start:end] of the stored memory."""
+
+    start: int
+    end: int
+    text: str
+
+
+class BudgetOut(_Out):
+    """How the results were fitted into the budget (options.max_chars / max_tokens)."""
+
+    max_chars: int
+    used_chars: int
+    whole: int = Field(description="Results returned whole.")
+    cut: list[str] = Field(description="Ids returned as their highlight only.")
+    omitted: list[str] = Field(description="Ids left out: not even their highlight fitted.")
+
+
+class ResultOut(_Out):
+    """One result."""
+
+    id: str
+    content: str
+    title: str | None
+    memory_type: str
+    source_type: str
+    metadata: dict[str, Any]
+    created_at: datetime
+    score: float
+    signals: dict[str, float]
+    sources: list[str]
+    relevance: Relevance = Field(
+        description="high | medium | near_window (a fuzzy window's soft edge) | outside_window"
+    )
+    reason: str
+    context: list[ContextOut] = Field(
+        default_factory=list,
+        description="The memories around it in its thread or reply chain (options.context_window).",
+    )
+    highlight: HighlightOut | None = Field(
+        default=None,
+        description="The part of the content that answers, with its character offsets (the "
+        "whole content for a memory of one passage).",
+    )
+    cut: bool = Field(
+        default=False,
+        description="`content` is only the highlight: the whole did not fit the budget.",
+    )
+
+    @field_serializer("score")
+    def _score(self, v: float) -> float:
+        return round(v, 6)
+
+    @field_serializer("signals")
+    def _signals(self, v: dict[str, float]) -> dict[str, float]:
+        return {k: round(x, 6) for k, x in v.items()}
+
+
+class SourceOut(_Out):
+    """What one search source did for a retrieval."""
+
+    latency_ms: float
+    count: int
+    status: SourceStatus = Field(
+        description="ok | skipped (nothing to search for) | timeout | error | unavailable (the server lacks it)"
+    )
+    error: str | None
+
+    @field_serializer("latency_ms")
+    def _ms(self, v: float) -> float:
+        return round(v, 3)
+
+
+class MetadataOut(_Out):
+    """How a retrieval went: the plan, each source, each stage's time."""
+
+    strategy_used: Strategy
+    query_intent: dict[str, Any]
+    total_latency_ms: float
+    search_breakdown: dict[str, SourceOut]
+    stage_latency_ms: dict[str, float]
+    num_results_before_rerank: int
+    num_results_after_rerank: int
+    degraded: list[str] = Field(
+        description="Sources that timed out or failed: the answer is partial."
+    )
+    run_id: str
+    params: dict[str, Any]
+    budget: BudgetOut | None = Field(
+        default=None, description="With a budget: what it let through (else null)."
+    )
+
+    @field_validator("query_intent", mode="before")
+    @classmethod
+    def _intent(cls, v: Any) -> Any:
+        # The service hands in its analysis object, which knows its own JSON form.
+        to_json = getattr(v, "to_json", None)
+        return to_json() if callable(to_json) else v
+
+    @field_serializer("total_latency_ms")
+    def _total(self, v: float) -> float:
+        return round(v, 3)
+
+    @field_serializer("stage_latency_ms")
+    def _stages(self, v: dict[str, float]) -> dict[str, float]:
+        return {k: round(x, 3) for k, x in v.items()}
+
+
+class RetrieveResponse(_Out):
+    """The answer of POST /v1/retrieve."""
+
+    results: list[ResultOut]
+    metadata: MetadataOut | None
+
+
+class IngestOut(_Out):
+    """What a write stored (POST /v1/memories, 200; a job's report)."""
+
+    namespace: str
+    received: int
+    inserted: int
+    updated: int
+    embedded: int
+    ids: list[str]
+    seconds: float
+    stage_seconds: dict[str, float] = Field(
+        default_factory=dict,
+        description="where the time went: lookup, analyse, embed, write (the transaction)",
+    )
+    lsn: str | None = Field(
+        default=None, description="the primary's WAL position after the write (with replicas)"
+    )
+
+
+class JobOut(_Out):
+    """A write queued because its embedding takes longer than one request should."""
+
+    id: str
+    namespace: str
+    state: Literal["queued", "running", "done", "failed"]
+    received: int
+    ids: list[str] = Field(description="the memories' ids, fixed when the job was accepted")
+    estimate_s: float = Field(description="the embedding time estimated when it was accepted")
+    attempts: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    report: IngestOut | None = Field(description="what was written, once done")
+    error: str | None = Field(
+        description="why the last attempt failed (queued: it is tried again; failed: given up)"
+    )
+
+
+class MemoryOut(_Out):
+    """One stored memory (GET /v1/memories/{id})."""
+
+    id: str
+    namespace: str
+    content: str
+    title: str | None
+    memory_type: str
+    source_type: str
+    metadata: dict[str, Any]
+    created_at: datetime
+    ingested_at: datetime
+    expires_at: datetime | None
+    is_archived: bool
+    searchable: bool
+
+
+class ArchivedOut(_Out):
+    """DELETE /v1/memories/{id}: the memory is kept but never found again."""
+
+    id: str
+    namespace: str
+    archived: bool
+
+
+class FeedbackOut(_Out):
+    """POST /v1/feedback: whether the memory is still searchable."""
+
+    id: str
+    namespace: str
+    searchable: bool
+
+
+class RunOut(_Out):
+    """A logged retrieval (GET /v1/runs/{run_id})."""
+
+    run_id: str
+    namespace: str
+    query: str
+    strategy: str
+    plan: dict[str, Any]
+    candidate_ids: list[str]
+    selected_ids: list[str]
+    latencies: dict[str, Any]
+    degraded: list[str]
+    created_at: datetime
+
+
+class Problem(BaseModel):
+    """An error: `detail` is a message, or a list of {loc, field, msg} for invalid input."""
+
+    detail: str | list[dict[str, Any]]
+
+
+__all__ = [
+    "ArchivedOut",
+    "BudgetOut",
+    "ContextOut",
+    "FeedbackOut",
+    "HighlightOut",
+    "IngestOut",
+    "JobOut",
+    "MemoryOut",
+    "MetadataOut",
+    "Problem",
+    "Relevance",
+    "ResultOut",
+    "RetrieveResponse",
+    "RunOut",
+    "SourceOut",
+    "SourceStatus",
+    "Strategy",
+]
