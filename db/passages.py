@@ -29,7 +29,7 @@ SET_VECTOR = "UPDATE memories SET embedding = $2 WHERE id = $1 AND content = $3 
 
 
 def fetch_longer_than(chars: int) -> Any:
-    """A batch fetch (retrieval.passes.Fetch) of the long memories without passages."""
+    """A batch fetch (retrieval.maintenance.passes.Fetch) of the long memories without passages."""
 
     async def fetch(
         conn: asyncpg.Connection, namespace: str, after: int, limit: int

@@ -1,4 +1,4 @@
-"""Conversation turns embedded again in context (migration 0013, retrieval/turn_context.py): the
+"""Conversation turns embedded again in context (migration 0013, retrieval/ingest/turns.py): the
 turns of a store written before it, each embedded alone, get the vector a write makes now, one
 namespace and one batch at a time, recording where it got to so that a stopped run resumes there."""
 

@@ -11,8 +11,7 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
-from retrieval.analyzer import QueryAnalyzer
-from retrieval.config import Settings
+from retrieval.analysis.analyzer import QueryAnalyzer
 from retrieval.errors import (
     EmbeddingModelMismatch,
     InvalidInput,
@@ -20,7 +19,7 @@ from retrieval.errors import (
     RetrievalError,
     StoreUnavailable,
 )
-from retrieval.ingest import IngestReport, MemoryIn, ingest
+from retrieval.ingest.write import IngestReport, MemoryIn, ingest
 from retrieval.models import (
     QueryIntent,
     QueryType,
@@ -32,6 +31,7 @@ from retrieval.models import (
 )
 from retrieval.orchestrator import Orchestrator
 from retrieval.runtime import Runtime, open_runtime
+from retrieval.settings import Settings
 
 __all__ = [
     "EmbeddingModelMismatch",

@@ -20,10 +20,10 @@ import asyncpg
 from pydantic import ValidationError
 
 from db.bulk import Rebuild
-from retrieval.config import Settings
 from retrieval.errors import InvalidInput, RetrievalError
-from retrieval.importer import PARALLEL_FROM
+from retrieval.ingest.importer import PARALLEL_FROM
 from retrieval.models import Strategy
+from retrieval.settings import Settings
 from retrieval.validation import check_instant, check_namespace
 
 STRATEGY_CHOICES = [s.value for s in Strategy]
@@ -60,7 +60,7 @@ def _positive(value: str) -> int:
 
 
 def _bench_queries(value: str) -> int:
-    from retrieval.bench import MAX_QUERIES
+    from retrieval.evaluation.bench import MAX_QUERIES
 
     n = _positive(value)
     if n > MAX_QUERIES:
@@ -190,7 +190,7 @@ def _add_eval(sub: Any) -> None:
 
 def _add_retokenize(sub: Any) -> None:
     """The `retokenize` command's arguments."""
-    from retrieval.retokenize import BATCH
+    from retrieval.maintenance.retokenize import BATCH
 
     r = sub.add_parser(
         "retokenize",
@@ -204,7 +204,7 @@ def _add_retokenize(sub: Any) -> None:
 
 def _add_reembed_turns(sub: Any) -> None:
     """The `reembed-turns` command's arguments."""
-    from retrieval.reembed import BATCH
+    from retrieval.maintenance.reembed_turns import BATCH
 
     r = sub.add_parser(
         "reembed-turns",
@@ -220,7 +220,7 @@ def _add_reembed_turns(sub: Any) -> None:
 
 def _add_embed_passages(sub: Any) -> None:
     """The `embed-passages` command's arguments."""
-    from retrieval.passages.backfill import BATCH
+    from retrieval.maintenance.embed_passages import BATCH
 
     r = sub.add_parser(
         "embed-passages",
@@ -318,7 +318,7 @@ INGEST_TIMEOUT_S = 6 * 3600.0
 async def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from retrieval.importer import import_file
+    from retrieval.ingest.importer import import_file
 
     # A file is published in one transaction, as long as it takes: no server-side deadline.
     rt = await _open(settings.model_copy(update={"statement_timeout_ms": 0}))
@@ -406,7 +406,7 @@ async def _cmd_query(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _cmd_retokenize(settings: Settings, args: argparse.Namespace) -> int:
-    from retrieval.retokenize import retokenize
+    from retrieval.maintenance.retokenize import retokenize
     from retrieval.runtime import open_runtime
 
     rt = await open_runtime(settings)
@@ -424,8 +424,8 @@ async def _cmd_retokenize(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _cmd_embedding_pass(settings: Settings, args: argparse.Namespace) -> int:
     """reembed-turns and embed-passages: a resumable pass that embeds stored memories again."""
-    from retrieval.passages.backfill import embed_passages
-    from retrieval.reembed import reembed_turns
+    from retrieval.maintenance.embed_passages import embed_passages
+    from retrieval.maintenance.reembed_turns import reembed_turns
     from retrieval.runtime import open_runtime
 
     run, done = {
@@ -450,9 +450,9 @@ async def _cmd_embedding_pass(settings: Settings, args: argparse.Namespace) -> i
 
 
 def _cmd_analyze(settings: Settings, args: argparse.Namespace) -> int:
-    from retrieval.analyzer import CueDictionary, QueryAnalyzer
-    from retrieval.nlp import JapaneseNLP
-    from retrieval.strategy import plan
+    from retrieval.analysis.analyzer import CueDictionary, QueryAnalyzer
+    from retrieval.analysis.nlp import JapaneseNLP
+    from retrieval.analysis.strategy import plan
 
     nlp = JapaneseNLP(settings.spacy_model, ner=settings.ner == "spacy")
     analyzer = QueryAnalyzer(
@@ -487,6 +487,16 @@ def _cmd_analyze(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _load_sample(settings: Settings) -> int:
+    from retrieval.ingest.sample import load_sample
+
+    rt = await _open(settings)
+    try:
+        return await load_sample(rt)
+    finally:
+        await rt.close()
+
+
 def _is_loopback(host: str) -> bool:
     import ipaddress
 
@@ -502,9 +512,7 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
     if args.sample:
-        from retrieval.sample import load_sample
-
-        n = asyncio.run(load_sample(settings))
+        n = asyncio.run(_load_sample(settings))
         print(f"sample: {n} memories in namespace 'default'", file=sys.stderr)
     if not settings.parsed_api_keys() and not _is_loopback(args.host):
         print(
@@ -540,7 +548,7 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
 async def _cmd_mcp(settings: Settings) -> int:
     """The MCP server over stdio: stdout carries the protocol only (logs go to stderr)."""
     from retrieval.api import create_app
-    from retrieval.mcp_server import ApiClients, build
+    from retrieval.api.mcp import ApiClients, build
 
     app = create_app(settings)
     async with app.router.lifespan_context(app):
@@ -589,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return asyncio.run(run_suite_cli(settings, args))
         if args.command == "bench":
-            from retrieval.bench import run_bench_cli
+            from retrieval.evaluation.bench import run_bench_cli
 
             return asyncio.run(run_bench_cli(settings, args))
     except RetrievalError as exc:

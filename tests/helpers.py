@@ -116,7 +116,7 @@ def covers(tr, day: str) -> bool:
 def dev_case_ok(analyzer, case: dict, now) -> bool:
     """One labelled analyzer case (shared/eval/analyzer*_dev.jsonl): strategy (or strategy_not),
     query type, and the window's covered and excluded days and relative name."""
-    from retrieval.strategy import plan
+    from retrieval.analysis.strategy import plan
 
     intent = analyzer.analyze(case["q"], now)
     strategy = plan(intent).strategy.value
@@ -139,7 +139,7 @@ NOW_UTC = datetime.now(UTC)
 
 async def ingest_items(rt, ns, items):
     """Store raw item dicts through the write path the API uses."""
-    from retrieval.ingest import ingest, parse_items
+    from retrieval.ingest.write import ingest, parse_items
 
     return await ingest(rt.pool, rt.nlp, rt.embedder, parse_items(items), namespace=ns)
 
@@ -147,7 +147,7 @@ async def ingest_items(rt, ns, items):
 def leg_context(rt, ns, query, *, now=None, k=10, vectors=(), **kw):
     """What a search leg reads for `query` in namespace `ns` (analysed at `now`, if given)."""
     from retrieval.models import Filters
-    from retrieval.sources import SearchContext
+    from retrieval.search.legs import SearchContext
 
     return SearchContext(
         pool=rt.pool,

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from retrieval.answers import AnswerKind, asked_kind, asks_about, gives, mentions
-from retrieval.nlp import question_focus
+from retrieval.analysis.answers import AnswerKind, asked_kind, asks_about, gives, mentions
+from retrieval.analysis.nlp import question_focus
 
 DATE, AMOUNT = AnswerKind.DATE, AnswerKind.AMOUNT
 

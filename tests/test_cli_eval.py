@@ -158,7 +158,7 @@ def test_bench_small(env, capsys):
 
 
 def test_bench_queries_are_distinct_and_apart_from_the_warm_up(capsys):
-    from retrieval.bench import MAX_QUERIES, WARM_UP, bench_queries
+    from retrieval.evaluation.bench import MAX_QUERIES, WARM_UP, bench_queries
 
     warm, qs = bench_queries(2000)
     assert len(warm) == WARM_UP and len(qs) == 2000
@@ -172,7 +172,7 @@ def test_bench_queries_are_distinct_and_apart_from_the_warm_up(capsys):
 async def test_bench_finds_a_local_servers_cpu(settings):
     """The capacity figures (CPU per request) read the local server's process tree; a server
     elsewhere is not measured rather than measured wrong."""
-    from retrieval.bench import _cpu_s, is_local, server_process
+    from retrieval.evaluation.bench import _cpu_s, is_local, server_process
 
     dsn = settings.dsn()
     postmaster = await server_process(dsn)
@@ -183,7 +183,7 @@ async def test_bench_finds_a_local_servers_cpu(settings):
 
 
 def test_sample_is_shifted_to_now():
-    from retrieval.sample import sample_items
+    from retrieval.ingest.sample import sample_items
 
     now = datetime.fromisoformat("2030-01-01T00:00:00+09:00")
     items, vectors = sample_items(now)
@@ -198,8 +198,8 @@ README_QUERY = "先週のジムでのトレーニング"
 @pytest.mark.parametrize("day", range(7))
 def test_readme_query_has_a_gym_session_last_week_on_any_weekday(day):
     """The sample is loaded 'now': whatever weekday that is, 先週 holds a gym memory."""
-    from retrieval.sample import sample_items
-    from retrieval.timeexpr import parse_time
+    from retrieval.analysis.timeexpr import parse_time
+    from retrieval.ingest.sample import sample_items
 
     now = datetime.fromisoformat("2026-11-23T08:30:00+09:00") + timedelta(days=day)
     items, _ = sample_items(now)
@@ -212,9 +212,9 @@ def test_readme_query_has_a_gym_session_last_week_on_any_weekday(day):
 async def test_readme_query_answers_with_the_gym(rt, ns, now):
     """The README's first query, on the sample loaded a Monday morning or a Sunday night:
     a gym session of last week comes first."""
-    from retrieval.ingest import ingest
+    from retrieval.ingest.sample import sample_items
+    from retrieval.ingest.write import ingest
     from retrieval.models import RetrievalOptions
-    from retrieval.sample import sample_items
 
     at = datetime.fromisoformat(now)
     items, vectors = sample_items(at)

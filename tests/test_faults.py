@@ -21,11 +21,11 @@ import httpx
 import numpy as np
 import pytest
 
-from retrieval.api import _status_of, create_app
-from retrieval.config import Settings
+from retrieval.api.app import _status_of, create_app
 from retrieval.errors import EmbeddingError
 from retrieval.models import RetrievalOptions
 from retrieval.runtime import open_runtime
+from retrieval.settings import Settings
 from tests.helpers import app_client
 
 LEG_MS = 400
@@ -74,7 +74,7 @@ async def own_db(tmp_path_factory, nlp, embedder):
         run_retention_days=0,
     )
     rt = await open_runtime(s, embedder=embedder, nlp=nlp)
-    from retrieval.ingest import ingest, parse_items
+    from retrieval.ingest.write import ingest, parse_items
 
     await ingest(
         rt.pool,
@@ -315,7 +315,7 @@ async def test_a_connection_left_mid_operation_answers_503_and_is_not_raised(rt,
 
 async def test_search_legs_run_under_a_server_side_statement_timeout(own_db):
     """A leg's query is stopped by the server at the leg's deadline, not left running."""
-    from retrieval.sources import SearchContext, leg_connection
+    from retrieval.search.legs import SearchContext, leg_connection
 
     rt, _ = own_db
     ctx = SearchContext(pool=rt.pool, intent=None, vectors=[], filters=None, k=1, timeout_s=0.25)  # type: ignore[arg-type]
@@ -334,7 +334,7 @@ async def test_an_mcp_search_during_an_outage_is_an_error_to_retry(own_db):
     from mcp import Client
 
     from retrieval.api import create_app
-    from retrieval.mcp_server import ApiClients, build
+    from retrieval.api.mcp import ApiClients, build
 
     rt, data_dir = own_db
     app = create_app(rt.settings, runtime=rt)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from retrieval.errors import InvalidInput
-from retrieval.ingest import check_precomputed, parse_items, read_jsonl
+from retrieval.ingest.write import check_precomputed, parse_items, read_jsonl
 from retrieval.models import Strategy
 from tests.helpers import ids_of as _ids
 from tests.helpers import ingest_items as _ingest
@@ -155,7 +155,7 @@ async def test_concurrent_ingest_and_retrieve(rt, ns):
 
 
 def test_precomputed_vectors_file_errors_name_the_field(embedder, tmp_path):
-    from retrieval.ingest import load_precomputed
+    from retrieval.ingest.write import load_precomputed
 
     items = parse_items(
         [{"id": "a", "content": "呼吸のリズム"}, {"id": "b", "content": "カレーを作った"}]

@@ -8,10 +8,10 @@ from types import MappingProxyType
 
 import pytest
 
+from retrieval.embedding.query import QUERY_EMBED_MAX_CHARS, QueryEmbeddings, cut_texts
 from retrieval.errors import InvalidInput, StoreUnavailable
 from retrieval.models import RetrievalOptions, Source, Strategy, TimeRange
 from retrieval.orchestrator import Orchestrator, context_query
-from retrieval.query_embedding import QUERY_EMBED_MAX_CHARS, QueryEmbeddings, cut_texts
 from tests.fakes import FakeEmbedder, cand, failing_source, fixed_source
 
 NOW = datetime(2026, 11, 22, 3, tzinfo=UTC)

@@ -8,18 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrieval.ingest import embedding_load, mean_direction, parse_items
-from retrieval.models import Highlight, RetrievalOptions, RetrievalResult
-from retrieval.passages.budget import fit
-from retrieval.passages.highlight import (
-    bm25_idf,
-    clean,
-    focus,
-    focus_all,
-    span_index,
-    weighted_coverage,
-)
-from retrieval.passages.split import (
+from retrieval.analysis.passages import (
     _END,
     OVERLAP_MAX_CHARS,
     PASSAGE_MAX_CHARS,
@@ -29,6 +18,17 @@ from retrieval.passages.split import (
     sentence_ends,
     sentences,
     split_passages,
+)
+from retrieval.ingest.write import embedding_load, mean_direction, parse_items
+from retrieval.models import Highlight, RetrievalOptions, RetrievalResult
+from retrieval.rank.budget import fit
+from retrieval.rank.highlight import (
+    bm25_idf,
+    clean,
+    focus,
+    focus_all,
+    span_index,
+    weighted_coverage,
 )
 from tests.helpers import ingest_items
 
@@ -347,7 +347,7 @@ async def test_embed_passages_gives_stored_long_memories_theirs_and_resumes(rt, 
 
     from db import meta
     from db import passages as db_passages
-    from retrieval.passages.backfill import embed_passages
+    from retrieval.maintenance.embed_passages import embed_passages
 
     docs = [{"id": f"d{i}", "content": LONG.replace("。", f"。{i}", 3)} for i in range(2)]
     await ingest_items(rt, ns, [*docs, {"id": "note", "content": "短いメモ"}])
@@ -393,7 +393,7 @@ async def test_embed_passages_gives_stored_long_memories_theirs_and_resumes(rt, 
 
 
 def test_the_mcp_answer_shows_a_long_memory_by_the_part_that_answers():
-    from retrieval.mcp_server import MAX_CONTENT_CHARS, render_results
+    from retrieval.api.mcp import MAX_CONTENT_CHARS, render_results
     from retrieval_client.models import RetrieveResponse
 
     at = LONG.index("将棋")

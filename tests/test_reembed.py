@@ -10,7 +10,7 @@ import pytest
 from pgvector import Vector
 
 from db import meta, turn_vectors
-from retrieval.reembed import reembed_turns
+from retrieval.maintenance.reembed_turns import reembed_turns
 from tests.helpers import ingest_items as _ingest
 
 TURNS = [
@@ -116,7 +116,7 @@ def test_the_command_says_a_database_failure_keeps_what_was_done_and_resumes(
 
 async def _ingest_fresh(settings, ns):
     """TURNS written through a runtime of its own (the test's loop is not the fixture's)."""
-    from retrieval.ingest import ingest, parse_items
+    from retrieval.ingest.write import ingest, parse_items
     from retrieval.runtime import open_runtime
 
     rt = await open_runtime(settings)

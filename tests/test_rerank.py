@@ -5,9 +5,17 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
+from retrieval.analysis.strategy import HYBRID, HYBRID_RRF, KEYWORD_BOOST, TEMPORAL
 from retrieval.models import Fusion, ScoredResult, Source, TimeRange
-from retrieval.rerank import dedupe, fuse_weighted, in_window, minmax, recency_factor, rerank, rrf
-from retrieval.strategy import HYBRID, HYBRID_RRF, KEYWORD_BOOST, TEMPORAL
+from retrieval.rank.rerank import (
+    dedupe,
+    fuse_weighted,
+    in_window,
+    minmax,
+    recency_factor,
+    rerank,
+    rrf,
+)
 from tests.fakes import cand
 
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
@@ -167,8 +175,8 @@ def test_no_cache_entry_serves_two_memories_of_the_same_text():
     n-gram set were cached by text alone, so a tenant asking about a memory whose text another
     tenant's memory has and was read lately got its answer faster (and the near-duplicate
     test's bigram sets, by text alone too). Each memory (its id) now has its own entries."""
-    from retrieval import rerank as rr
     from retrieval.passages import highlight as hl
+    from retrieval.rank import rerank as rr
 
     text = "共有された長い議事録の本文です。来週の会議は水曜日に移りました。" * 60
     assert len(text) > hl.PASSAGE_MAX_CHARS

@@ -23,7 +23,7 @@ def test_byte_lru_holds_at_most_its_budget():
 
 
 def test_ngram_and_embedding_caches_are_bounded_by_bytes(rt):
-    from retrieval import rerank
+    from retrieval.rank import rerank
 
     assert rerank._NGRAMS.max_bytes == rerank.NGRAM_CACHE_BYTES
     rerank.doc_ngrams("長い" * 50_000, 2, 1)
@@ -75,7 +75,7 @@ async def test_retention_deletes_old_runs_and_feedback_in_batches(rt, ns):
 async def test_eval_refuses_a_namespace_it_did_not_create(rt, ns, tmp_path):
     """`retrieval eval --namespace NS` deleted every memory of NS: it would wipe production."""
     from retrieval.evaluation import ForeignNamespace, ensure_index
-    from retrieval.ingest import ingest, parse_items
+    from retrieval.ingest.write import ingest, parse_items
 
     await ingest(
         rt.pool,

@@ -4,11 +4,11 @@ resumes where it stopped."""
 import logging
 
 from db import terms as db_terms
+from retrieval.analysis.nlp import TOKENIZER_VERSION
 from retrieval.cli import main
-from retrieval.ingest import ingest, parse_items
+from retrieval.ingest.write import ingest, parse_items
+from retrieval.maintenance.retokenize import outdated, retokenize
 from retrieval.models import RetrievalOptions, Strategy
-from retrieval.nlp import TOKENIZER_VERSION
-from retrieval.retokenize import outdated, retokenize
 
 TEXTS = [
     "Melanie painted a sunrise over the lake last year.",

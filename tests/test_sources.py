@@ -58,7 +58,7 @@ async def test_expired_archived_unsearchable_never_returned(rt, ns):
 async def test_trigram_skips_names_common_in_the_namespace(rt, ns):
     """A regression: "BM25" is tokenised bm+25 in memories, so looking the raw name up in term_df
     found nothing and the trigram leg scanned every memory containing it (600 ms at 1M)."""
-    from retrieval.sources import trigram
+    from retrieval.search.legs import trigram
 
     await _ingest(
         rt,
@@ -75,7 +75,7 @@ async def test_keyword_leg_reads_a_capped_number_of_postings_per_term(rt, ns):
     """With the cap below a common term's document frequency, the memory with the rare term still
     ranks first (the rare term's postings are read whole); the common term is read only up to
     the cap, so its share of a score may be missing, never added."""
-    from retrieval.sources import keyword
+    from retrieval.search.legs import keyword
 
     await _ingest(
         rt,
@@ -93,7 +93,7 @@ async def test_keyword_leg_reads_a_capped_number_of_postings_per_term(rt, ns):
 
 async def test_trigram_leg_uses_the_trigram_index(rt, ns):
     """An OR of ILIKEs was planned as a scan of every memory (715 ms on 13.4k passages)."""
-    from retrieval.sources import TRIGRAM_SQL
+    from retrieval.search.legs import TRIGRAM_SQL
 
     await _ingest(rt, ns, [{"id": "x", "content": "ボロベン高原のコーヒー"}])
     async with rt.pool.acquire() as conn, conn.transaction():
@@ -122,7 +122,7 @@ async def test_trigram_leg_uses_the_trigram_index(rt, ns):
 async def test_trigram_names_count_by_rarity_not_length(rt, ns):
     """A full name held by one memory outweighs a longer katakana word held by many: the
     person asked about, not the template the question shares with other meetings."""
-    from retrieval.sources import trigram
+    from retrieval.search.legs import trigram
 
     items = [{"id": "kimura", "content": "千葉で木村翔太さんに会って、案件を進めることになった。"}]
     items += [
@@ -141,7 +141,7 @@ async def test_small_windows_are_searched_exactly(rt, ns, monkeypatch):
     """A window of few memories gets exact distances (HNSW walks most of the graph to find a
     handful in-window); a larger one the index. Both return the in-window memories nearest the
     query, best first."""
-    import retrieval.sources as src
+    import retrieval.search.legs as src
     from retrieval.models import TimeRange
 
     topics = ["ジムで筋トレ", "映画を観た", "カレーを作った", "ランニング5km", "読書会に参加"]
@@ -181,7 +181,7 @@ async def test_small_windows_are_searched_exactly(rt, ns, monkeypatch):
 
 async def test_the_keyword_leg_scores_at_most_the_rarest_32_terms(rt, ns):
     """Before: every distinct term of the query (up to 2,000 characters) read its postings."""
-    from retrieval.sources import MAX_QUERY_TERMS, keyword
+    from retrieval.search.legs import MAX_QUERY_TERMS, keyword
 
     words = [f"word{i:03d}x" for i in range(80)]
     common = [{"id": f"c{i}", "content": " ".join(words[:60])} for i in range(5)]
@@ -288,7 +288,7 @@ async def test_the_vector_legs_two_searches_fail_and_stop_together(rt, ns, monke
 
     import asyncpg
 
-    from retrieval import sources
+    from retrieval.search import legs as sources
     from tests.test_passages import LONG
 
     await _ingest(rt, ns, [{"id": "long", "content": LONG}, {"id": "short", "content": "光合成"}])
@@ -359,7 +359,7 @@ async def test_the_vector_legs_two_searches_fail_and_stop_together(rt, ns, monke
 async def test_leg_connection_plans_as_asked_for_its_transaction_only(rt, ns):
     """A hop or the context is planned once per connection (generic plan); every other leg at
     each execution, with its values; neither setting outlives the leg's transaction."""
-    from retrieval.sources import leg_connection
+    from retrieval.search.legs import leg_connection
 
     ctx = _leg_context(rt, ns, "x", timeout_s=0.25)
     show = "SELECT current_setting('plan_cache_mode'), current_setting('statement_timeout')"
@@ -375,7 +375,7 @@ async def test_leg_connection_plans_as_asked_for_its_transaction_only(rt, ns):
 async def test_legs_break_equal_scores_by_row_id(rt, ns):
     """Memories the keyword and trigram legs score alike come in row order, so which of them
     make the k does not depend on the plan the server chose."""
-    from retrieval.sources import keyword, trigram
+    from retrieval.search.legs import keyword, trigram
 
     # Twelve alike among 240: rare enough for the trigram leg to search the name (name_max_df),
     # and more than twice k, so that the server sorts them with a bounded heap (not stable).

@@ -2,8 +2,8 @@
 
 from datetime import datetime
 
+from retrieval.analysis.strategy import PRESETS, plan, select_strategy
 from retrieval.models import QueryIntent, QueryType, Strategy, TimeRange
-from retrieval.strategy import PRESETS, plan, select_strategy
 
 NOW = datetime.fromisoformat("2026-11-22T12:00:00+09:00")
 

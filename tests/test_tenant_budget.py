@@ -1,11 +1,11 @@
-"""Each namespace's share of processing time (retrieval.tenant_budget), on a fake clock."""
+"""Each namespace's share of processing time (retrieval.tenants), on a fake clock."""
 
 import asyncio
 
 import pytest
 
 from retrieval.errors import Overloaded
-from retrieval.tenant_budget import TenantBudget
+from retrieval.tenants import TenantBudget
 
 
 class _Clock:
@@ -68,7 +68,7 @@ async def test_no_share_means_no_limit_and_nothing_tracked(clocked):
 
 
 async def test_namespaces_that_owe_nothing_are_forgotten(clocked, monkeypatch):
-    import retrieval.tenant_budget as tb
+    import retrieval.tenants as tb
 
     clock, _ = clocked
     monkeypatch.setattr(tb, "MAX_TRACKED", 3)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from retrieval.analysis.timeexpr import kanji_to_int, parse_time, strip_spans
 from retrieval.models import Granularity
-from retrieval.timeexpr import kanji_to_int, parse_time, strip_spans
 from tests.helpers import covers, dev_case_ok, shared_file
 
 NOW = datetime.fromisoformat("2026-11-22T12:00:00+09:00")

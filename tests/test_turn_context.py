@@ -8,9 +8,9 @@ import numpy as np
 from pgvector import Vector
 
 from db.store import StoredTurn
-from retrieval.ingest import embedding_load, parse_items
-from retrieval.sources import EXACT_VECTOR_SQL, VECTOR_SQL
-from retrieval.turn_context import CONTEXT_CHARS, batch_predecessors, context_text
+from retrieval.ingest.turns import CONTEXT_CHARS, batch_predecessors, context_text
+from retrieval.ingest.write import embedding_load, parse_items
+from retrieval.search.legs import EXACT_VECTOR_SQL, VECTOR_SQL
 from tests.helpers import ingest_items as _ingest
 
 ASK = "Where did you go last weekend?"

@@ -14,12 +14,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from retrieval.config import Settings
-from retrieval.context import MAX_CONTEXT_WINDOW
 from retrieval.errors import InvalidInput
-from retrieval.ingest import MAX_ID_CHARS, MemoryIn
+from retrieval.ingest.write import MAX_ID_CHARS, MemoryIn
 from retrieval.models import Strategy
-from retrieval.passages.budget import MAX_BUDGET_CHARS
+from retrieval.rank.budget import MAX_BUDGET_CHARS
+from retrieval.search.neighbours import MAX_CONTEXT_WINDOW
+from retrieval.settings import Settings
 from retrieval.validation import (
     MAX_NAMESPACE_CHARS,
     NAMESPACE_PATTERN,

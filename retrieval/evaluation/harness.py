@@ -19,11 +19,12 @@ from typing import Any
 import numpy as np
 
 from db.meta import GET_HARNESS_KEY, HAS_MEMORIES, PUT_HARNESS_KEY
-from retrieval.config import Settings
+from retrieval.analysis.passages import split_passages
 from retrieval.errors import RetrievalError, StoreUnavailable
 from retrieval.evaluation.data import EvalQuery, read_corpus, read_qrels, read_queries
 from retrieval.evaluation.embedding_cache import CachedEmbedder
-from retrieval.ingest import (
+from retrieval.ingest.turns import may_follow
+from retrieval.ingest.write import (
     MemoryIn,
     Vectors,
     check_precomputed,
@@ -32,9 +33,8 @@ from retrieval.ingest import (
     open_vectors,
 )
 from retrieval.models import Highlight, RetrievalOptions, RetrievalResult, Strategy
-from retrieval.passages.budget import fit
-from retrieval.passages.split import split_passages
-from retrieval.turn_context import may_follow
+from retrieval.rank.budget import fit
+from retrieval.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def cache_key(corpus: Path, model: str, schema: int, vectors: Path | None) -> st
     with open(corpus, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
-    from retrieval.nlp import TOKENIZER_VERSION
+    from retrieval.analysis.nlp import TOKENIZER_VERSION
 
     h.update(
         f"|{model}|{schema}|{TOKENIZER_VERSION}|{'vectors' if vectors else 'embedded'}".encode()
@@ -190,7 +190,7 @@ def _reuse(
 ) -> list[np.ndarray | None]:
     """The chunk's vectors: the stored one where the same memory was indexed before, the rest
     embedded now (as ingest would). A turn that may follow another is left to ingest (None):
-    its vector depends on that turn too (retrieval.turn_context); so is a long memory, whose
+    its vector depends on that turn too (retrieval.ingest.turns); so is a long memory, whose
     vector is its passages' (retrieval.passages)."""
     out: list[np.ndarray | None] = [None] * len(items)
     missing = []
@@ -282,7 +282,7 @@ async def run_eval(
     """Run every query through the orchestrator (a query that names its namespace is asked in
     `namespace:its own`); return metrics, latency (whole and per stage), the metrics per
     strategy used and per question category, and what the first 10 results hold: characters
-    whole and within `budget` (retrieval.passages.budget), and for a set that names the
+    whole and within `budget` (retrieval.rank.budget), and for a set that names the
     paragraph that answers, how often a relevant result's highlight holds it."""
     run: dict[str, dict[str, float]] = {}
     parts = _Parts(budget)

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from retrieval.config import Settings
 from retrieval.errors import InvalidInput
 from retrieval.evaluation.harness import (
     corpus_namespace,
@@ -21,6 +20,7 @@ from retrieval.evaluation.harness import (
     read_queries,
     run_eval,
 )
+from retrieval.settings import Settings
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from retrieval.config import Settings
+from retrieval.settings import Settings
 from tests.helpers import KEY_ALL, KEY_TEAM_A, UNHOLDABLE_DATES
 
 
@@ -172,7 +172,7 @@ async def test_a_retrieval_body_is_bounded_by_what_the_service_reads(client, ns)
     """Before: a retrieval could send 8 MB (50 messages of 20,000 characters) that the event
     loop parsed for every other caller's time (~45 ms at 4 MB), to use 256 characters of it."""
     from retrieval.api.schemas import retrieve_body_limit
-    from retrieval.config import Settings
+    from retrieval.settings import Settings
 
     limit = retrieve_body_limit(Settings())
     assert limit < 512 * 1024
@@ -270,7 +270,7 @@ async def test_a_namespace_past_its_share_gets_429_and_the_others_do_not(
 ):
     """Before: nothing bounded how much one tenant's retrievals took of the process; one
     sending the most expensive request the limits allow doubled the others' p95."""
-    from retrieval.tenant_budget import TenantBudget
+    from retrieval.tenants import TenantBudget
 
     monkeypatch.setattr(rt, "budget", TenantBudget(0.001, max_wait_s=0.5))
     other = ns + "-other"

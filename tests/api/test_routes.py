@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from retrieval.config import Settings
+from retrieval.settings import Settings
 from tests.helpers import KEY_ALL, KEY_TEAM_A
 
 

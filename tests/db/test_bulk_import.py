@@ -8,8 +8,8 @@ import pytest
 
 from db import bulk
 from db.errors import ImportInProgress
-from retrieval import importer
 from retrieval.errors import InvalidInput
+from retrieval.ingest import importer
 from retrieval.models import RetrievalOptions
 
 LINES = [
@@ -318,7 +318,7 @@ def test_cli_reports_a_database_failure_without_a_traceback(rt, tmp_path, monkey
 
 
 async def test_an_import_publishes_long_memories_with_their_passages(rt, ns, tmp_path):
-    from retrieval.passages.split import split_passages
+    from retrieval.analysis.passages import split_passages
     from tests.test_passages import LONG
 
     f = tmp_path / "long.jsonl"

@@ -14,7 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from db.embedded import memory_settings, stop_embedded
-from retrieval.config import Settings
+from retrieval.settings import Settings
 
 GB = 2**30
 

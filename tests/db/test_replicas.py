@@ -13,9 +13,9 @@ import pytest
 
 from retrieval import metrics as m
 from retrieval.api import create_app
-from retrieval.config import Settings
 from retrieval.replicas import lsn_value
 from retrieval.runtime import open_runtime
+from retrieval.settings import Settings
 
 # The standby applies WAL this long after the primary wrote it: a read served by it right after
 # a write would miss the write.

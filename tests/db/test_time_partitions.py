@@ -184,7 +184,7 @@ async def test_a_window_reads_only_its_weeks(rt, ns):
             for i in range(0, 21, 3)
         ],
     )
-    from retrieval.sources import WINDOW_VECTOR_SQL
+    from retrieval.search.legs import WINDOW_VECTOR_SQL
 
     vec = rt.embedder.embed_query("日記")
     async with rt.pool.acquire() as conn:
@@ -226,7 +226,7 @@ def _relations(node) -> set[str]:
 async def test_window_search_matches_exact_search(rt, ns, monkeypatch):
     """Past EXACT_WINDOW_MAX the window is searched over its weeks' graphs; on a few hundred
     memories across four weeks that must give the exact nearest, in order."""
-    import retrieval.sources as src
+    import retrieval.search.legs as src
     from retrieval.models import Filters, TimeRange
 
     topics = [

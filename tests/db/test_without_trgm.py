@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from retrieval.api import create_app
-from retrieval.config import Settings
 from retrieval.runtime import open_runtime
+from retrieval.settings import Settings
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from retrieval.api.schemas import (
     check_limits,
 )
 from retrieval.errors import NotFound
-from retrieval.ingest import (
+from retrieval.ingest.write import (
     MAX_ID_CHARS,
     assign_ids,
     embedding_load,

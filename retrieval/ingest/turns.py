@@ -26,7 +26,7 @@ from db import store
 from db.store import StoredTurn
 
 if TYPE_CHECKING:
-    from retrieval.ingest import MemoryIn
+    from retrieval.ingest.write import MemoryIn
 
 # How much of the turn followed is embedded before a turn (its end: what was said last).
 CONTEXT_CHARS = 1000

@@ -11,8 +11,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from retrieval.config import Settings
 from retrieval.errors import EmbeddingError
+from retrieval.settings import Settings
 
 logger = logging.getLogger(__name__)
 

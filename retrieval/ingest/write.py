@@ -21,11 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from db import store
 from db.store import MemoryRow, StoredTurn
-from retrieval.embeddings import Embedder, EmbedMeter, lower_priority
+from retrieval.analysis.nlp import JapaneseNLP, memory_entities, normalize_entity, terms_from_tokens
+from retrieval.analysis.passages import passage_embedding_text, split_passages
+from retrieval.embedding.providers import Embedder, EmbedMeter, lower_priority
 from retrieval.errors import InvalidInput, StoreUnavailable
-from retrieval.nlp import JapaneseNLP, memory_entities, normalize_entity, terms_from_tokens
-from retrieval.passages.split import passage_embedding_text, split_passages
-from retrieval.turn_context import context_text, may_follow, predecessors
+from retrieval.ingest.turns import context_text, may_follow, predecessors
 from retrieval.validation import (
     Instant,
     Metadata,
@@ -405,7 +405,7 @@ async def prepare_rows(
     is unchanged keeps its vector, terms and extracted entities. `old` is what stored_texts
     gave, when the caller has read it already; `vectors` gives an item's vector where it is not
     None (the rest are embedded, a conversation turn also after the turn it follows:
-    retrieval.turn_context); `tick` is awaited between embedding batches; `stages` gets the
+    retrieval.ingest.turns); `tick` is awaited between embedding batches; `stages` gets the
     seconds each part took (lookup, analyse, context, embed); `timeout_s` bounds each read."""
     clock = _Stages(stages)
     if old is None:

@@ -29,7 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from retrieval.cache import ByteLRU
-from retrieval.embeddings import Embedder, EmbedMeter, lower_priority
+from retrieval.embedding.providers import Embedder, EmbedMeter, lower_priority
 from retrieval.errors import EmbeddingError
 
 # Characters of a query embedded (the start), and of its conversation text (the end, which

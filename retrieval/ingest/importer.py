@@ -25,9 +25,10 @@ import numpy as np
 
 from db import bulk
 from db.errors import ImportInProgress
-from retrieval.embeddings import Embedder
+from retrieval.analysis.nlp import TOKENIZER_VERSION, JapaneseNLP
+from retrieval.embedding.providers import Embedder
 from retrieval.errors import InvalidInput
-from retrieval.ingest import (
+from retrieval.ingest.write import (
     Analyser,
     Analysis,
     MemoryIn,
@@ -40,7 +41,6 @@ from retrieval.ingest import (
     prepare_rows,
     scan_jsonl,
 )
-from retrieval.nlp import TOKENIZER_VERSION, JapaneseNLP
 from retrieval.validation import check_namespace
 
 logger = logging.getLogger(__name__)

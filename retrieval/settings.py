@@ -62,7 +62,7 @@ class Settings(BaseSettings):
     openai_retries: int = Field(default=2, ge=0)
     embed_batch_size: int = Field(default=32, ge=1)
     # A write whose embedding should take longer than this (measured rate here) is queued as a
-    # job and answered 202 (retrieval/ingest_jobs.py); 0 queues every write.
+    # job and answered 202 (retrieval/ingest/jobs.py); 0 queues every write.
     inline_embed_s: float = Field(default=20.0, ge=0)
     # Unfinished write jobs a namespace may have; one more is answered 429.
     max_open_jobs: int = Field(default=8, ge=1, le=1000)
@@ -87,14 +87,14 @@ class Settings(BaseSettings):
     # older ones in batches, hourly.
     run_retention_days: int = Field(default=30, ge=0)
     embed_cache_bytes: int = Field(default=32 * 1024 * 1024, ge=0)
-    # Long memories' contents the search legs read lately (retrieval.contents), by bytes.
+    # Long memories' contents the search legs read lately (retrieval.search.contents), by bytes.
     content_cache_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     # Pooled connections one retrieval may hold at once (its legs wait for a free one inside
     # their deadline): a few requests cannot hold the whole pool.
     max_request_connections: int = Field(default=4, ge=1, le=100)
     # Processing seconds a second each namespace's retrievals may use (analysis, reranking and
     # query embedding; eight seconds' worth of burst); past that they wait, at most
-    # tenant_max_wait_s, else 429 with Retry-After (retrieval.tenant_budget). 0 = no limit.
+    # tenant_max_wait_s, else 429 with Retry-After (retrieval.tenants). 0 = no limit.
     tenant_cpu_share: float = Field(default=0.25, ge=0)
     tenant_max_wait_s: float = Field(default=5.0, ge=0)
 

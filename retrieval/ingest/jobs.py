@@ -29,10 +29,10 @@ import asyncpg
 
 from db import jobs as q
 from retrieval import metrics as m
-from retrieval.embeddings import Embedder, EmbedMeter
+from retrieval.analysis.nlp import JapaneseNLP
+from retrieval.embedding.providers import Embedder, EmbedMeter
 from retrieval.errors import EmbeddingError, InvalidInput, Overloaded
-from retrieval.ingest import MemoryIn, ingest
-from retrieval.nlp import JapaneseNLP
+from retrieval.ingest.write import MemoryIn, ingest
 from retrieval.replicas import ReadRouter
 
 logger = logging.getLogger(__name__)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from retrieval.config import Settings
-from retrieval.ingest import MemoryIn, ingest
-from retrieval.runtime import open_runtime
+from retrieval.ingest.write import MemoryIn, ingest
+
+if TYPE_CHECKING:
+    from retrieval.runtime import Runtime
 
 # The instant the sample was written relative to (scripts/make_sample.py).
 ANCHOR = datetime.fromisoformat("2026-11-22T12:00:00+09:00")
@@ -30,18 +32,15 @@ def sample_items(now: datetime) -> tuple[list[MemoryIn], np.ndarray]:
     return items, vectors
 
 
-async def load_sample(settings: Settings, namespace: str = "default") -> int:
-    """Ingest the sample (idempotent on ids); returns how many memories it holds."""
-    rt = await open_runtime(settings)
-    try:
-        items, vectors = sample_items(datetime.now(rt.analyzer.tz))
-        use = (
-            vectors
-            if rt.embedder.name == "intfloat/multilingual-e5-small"
-            and vectors.shape[1] == rt.embedder.dim
-            else None
-        )
-        rep = await ingest(rt.pool, rt.nlp, rt.embedder, items, namespace=namespace, vectors=use)
-    finally:
-        await rt.close()
+async def load_sample(rt: Runtime, namespace: str = "default") -> int:
+    """Ingest the sample (idempotent on ids) with the runtime's resources; returns how many
+    memories it holds. Its vectors are used where they are the configured model's."""
+    items, vectors = sample_items(datetime.now(rt.analyzer.tz))
+    use = (
+        vectors
+        if rt.embedder.name == "intfloat/multilingual-e5-small"
+        and vectors.shape[1] == rt.embedder.dim
+        else None
+    )
+    rep = await ingest(rt.pool, rt.nlp, rt.embedder, items, namespace=namespace, vectors=use)
     return rep.received

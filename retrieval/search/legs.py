@@ -18,8 +18,8 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from retrieval.answers import AnswerKind, asks_about, gives, mentions
-from retrieval.contents import Contents, columns
+from retrieval.analysis.answers import AnswerKind, asks_about, gives, mentions
+from retrieval.analysis.nlp import normalize_entity
 from retrieval.models import (
     ANSWERS_QUESTION,
     Candidate,
@@ -29,9 +29,9 @@ from retrieval.models import (
     Source,
     TimeRange,
 )
-from retrieval.nlp import normalize_entity
+from retrieval.search.contents import Contents, columns
 
-# A long content travels by reference (retrieval.contents): Contents.of() completes the rows.
+# A long content travels by reference (retrieval.search.contents): Contents.of() completes the rows.
 _COLS = (
     f"m.id, m.external_id, {columns('m')}, "
     "m.title, m.memory_type, m.source_type, m.metadata, m.created_at, m.embedding"
@@ -54,7 +54,7 @@ ORDER BY {order} LIMIT $7"""
 
 
 # Returns the k nearest live memories by inner product (HNSW; iterative scan under filters): the
-# cosine for a unit vector, the mean of two cosines for a turn's (retrieval/turn_context.py).
+# cosine for a unit vector, the mean of two cosines for a turn's (retrieval/ingest/turns.py).
 VECTOR_SQL = _knn_sql("m.embedding <#> $6")
 
 # The same without the HNSW index: exact distances to every memory that passes the filters. The
@@ -588,7 +588,7 @@ _COVERAGE = (
 )
 
 
-# The seed's text, by reference when it is long (retrieval.contents): a seed is on many rows (a
+# The seed's text, by reference when it is long (retrieval.search.contents): a seed is on many rows (a
 # thread's 200), and a long seed's whole text on each was up to 200 times its length a request.
 _SEED_TEXT = f"{columns('sm', 'seed_')}, sm.id AS seed_id"
 

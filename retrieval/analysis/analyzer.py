@@ -10,17 +10,17 @@ from importlib import resources
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from retrieval.answers import asked_kind
-from retrieval.calendar_ja import national_holidays
-from retrieval.models import Entity, QueryIntent, QueryType
-from retrieval.nlp import (
+from retrieval.analysis.answers import asked_kind
+from retrieval.analysis.calendar_ja import national_holidays
+from retrieval.analysis.nlp import (
     STOP_WORDS,
     JapaneseNLP,
     normalize_text,
     question_focus,
     terms_from_tokens,
 )
-from retrieval.timeexpr import parse_time, strip_spans
+from retrieval.analysis.timeexpr import parse_time, strip_spans
+from retrieval.models import Entity, QueryIntent, QueryType
 
 _TYPE_ORDER = (
     QueryType.COMPARATIVE,

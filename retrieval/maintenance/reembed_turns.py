@@ -1,5 +1,5 @@
 """`retrieval reembed-turns`: embed the conversation turns a store holds from before migration
-0013 (each embedded alone) in context, as a write embeds them now (retrieval/turn_context.py),
+0013 (each embedded alone) in context, as a write embeds them now (retrieval/ingest/turns.py),
 resumably. Memories that follow no turn are not read again."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import asyncpg
 import numpy as np
 
 from db import turn_vectors as db_turns
-from retrieval.embeddings import Embedder
-from retrieval.ingest import (
+from retrieval.embedding.providers import Embedder
+from retrieval.ingest.turns import context_text, predecessors
+from retrieval.ingest.write import (
     EMBED_MAX_CHARS,
     LinkIn,
     MemoryIn,
@@ -20,8 +21,7 @@ from retrieval.ingest import (
     embedding_text,
     passage_text,
 )
-from retrieval.passes import batches, finish
-from retrieval.turn_context import context_text, predecessors
+from retrieval.maintenance.passes import batches, finish
 
 logger = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ from collections.abc import Callable
 import asyncpg
 
 from db import passages as db_passages
-from retrieval.embeddings import Embedder
-from retrieval.ingest import embed_texts, mean_direction
-from retrieval.passages.split import SPLIT_ABOVE, passage_embedding_text, split_passages
-from retrieval.passes import batches, finish
+from retrieval.analysis.passages import SPLIT_ABOVE, passage_embedding_text, split_passages
+from retrieval.embedding.providers import Embedder
+from retrieval.ingest.write import embed_texts, mean_direction
+from retrieval.maintenance.passes import batches, finish
 
 # Long memories per transaction (each tens of passages).
 BATCH = 20

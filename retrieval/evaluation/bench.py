@@ -30,8 +30,8 @@ import psutil
 from db import bulk
 from db.meta import GET_HARNESS_KEY, PUT_HARNESS_KEY
 from db.store import MemoryRow
-from retrieval.config import Settings
 from retrieval.models import RetrievalOptions
+from retrieval.settings import Settings
 
 logger = logging.getLogger(__name__)
 

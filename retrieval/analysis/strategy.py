@@ -50,7 +50,7 @@ class Preset:
     expand_seeds: int = 5
     # What a chain that answers passes on, as a multiple of its seed's score (rerank.hop_score):
     # its memory gives the kind of answer the question asks for (a date, an amount) and its seed
-    # does not (retrieval.answers), or it replies to the question its seed asks.
+    # does not (retrieval.analysis.answers), or it replies to the question its seed asks.
     answer_weight: float = 1.1
     # What any other hop adds to the memory's own score, at most: this share of its seed's score
     # (times the source's expansion weight and the link's kind).

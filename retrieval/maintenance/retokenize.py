@@ -11,8 +11,8 @@ from collections.abc import Callable
 import asyncpg
 
 from db import terms as db_terms
-from retrieval.ingest import passage_text_of
-from retrieval.nlp import TOKENIZER_VERSION, JapaneseNLP
+from retrieval.analysis.nlp import TOKENIZER_VERSION, JapaneseNLP
+from retrieval.ingest.write import passage_text_of
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 so that every part of the memory can be found by meaning (issue #25).
 
 A memory whose content is at most SPLIT_ABOVE characters has no passages: its one vector (title
-and content, retrieval.ingest.embedding_text) already sees all of it, and its vector, scores and
+and content, retrieval.ingest.write.embedding_text) already sees all of it, and its vector, scores and
 speed stay what they were. A longer one is cut into passages of about PASSAGE_CHARS characters,
 never more than PASSAGE_MAX_CHARS: sentences (Japanese 。！？, English . ! ? before a space, line
 breaks) are packed in order, a passage ends early at a paragraph break once it holds half its

@@ -9,6 +9,8 @@ from datetime import datetime
 
 import numpy as np
 
+from retrieval.analysis.passages import SPLIT_ABOVE, Span
+from retrieval.analysis.strategy import Preset
 from retrieval.cache import ByteLRU
 from retrieval.models import (
     ADDABLE_SOURCES,
@@ -25,9 +27,7 @@ from retrieval.models import (
     TimeRange,
     WindowMode,
 )
-from retrieval.passages.highlight import clean, focus_all, weighted_coverage
-from retrieval.passages.split import SPLIT_ABOVE, Span
-from retrieval.strategy import Preset
+from retrieval.rank.highlight import clean, focus_all, weighted_coverage
 
 _SCORE_NAMES = {
     Source.VECTOR: "cos",
@@ -307,7 +307,7 @@ def lexical_overlap(
     n-gram is among these documents (ref-llmless-hybrid-rerank's `lex`, made IDF-aware).
 
     Needs no tokenizer, so it catches what segmentation splits differently in query and text.
-    A document given in `cleaned` (already as n-grams read it, retrieval.passages.highlight
+    A document given in `cleaned` (already as n-grams read it, retrieval.rank.highlight
     .clean) is tested by substring instead of through its n-gram set: a long memory's
     highlight, which changes with the query.
     """
@@ -340,7 +340,7 @@ def lex_signal(
 def highlights(
     query: str, cands: Sequence[Candidate], per_source: Mapping[Source, Sequence[Candidate]]
 ) -> dict[int, tuple[Span, str]]:
-    """Each candidate's highlight (retrieval.passages.highlight) and its cleaned text: the
+    """Each candidate's highlight (retrieval.rank.highlight) and its cleaned text: the
     passage that covers most of the query's character bigrams, helped by the passages the
     vector leg found in it."""
     found: dict[int, list[tuple[int, int, float]]] = {}
