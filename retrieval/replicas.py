@@ -16,13 +16,15 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 
 from retrieval import metrics as m
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # Errors that say the server (not the statement) is gone: the leg may run again elsewhere.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -125,16 +127,35 @@ class ReadRouter:
         after_lsn: str | None = None,
     ) -> asyncpg.Record | None:
         """One row read where read_pool says, the wait for a connection and the statement each
-        within `timeout`; a replica that fails at the connection is marked failed and the
-        primary answers instead."""
+        within `timeout`, with failover."""
         pool, replica = self.read_pool(namespace, after_lsn)
-        try:
+        if replica is None:
             return await _fetchrow(pool, query, args, timeout)
+        return await self.failover(
+            replica,
+            lambda: _fetchrow(pool, query, args, timeout),
+            lambda primary: _fetchrow(primary, query, args, timeout),
+        )
+
+    @staticmethod
+    def lost(exc: BaseException) -> bool:
+        """Whether an error says the server (not the statement) is gone."""
+        return isinstance(exc, CONNECTION_ERRORS)
+
+    async def failover(
+        self,
+        replica: Replica,
+        attempt: Callable[[], Awaitable[T]],
+        on_primary: Callable[[asyncpg.Pool], Awaitable[T]],
+    ) -> T:
+        """The one failover policy: `attempt()` on the replica; when it fails at the connection
+        (the replica is gone, not the data), the replica is skipped until a check finds it well
+        and `on_primary(primary pool)` answers instead."""
+        try:
+            return await attempt()
         except CONNECTION_ERRORS as exc:
-            if replica is None:
-                raise
             self.mark_failed(replica, exc)
-            return await _fetchrow(self.primary, query, args, timeout)
+            return await on_primary(self.primary)
 
     async def note_write(self, namespace: str) -> str | None:
         """After a committed write: the primary's WAL position, remembered for the namespace

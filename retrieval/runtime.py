@@ -22,6 +22,7 @@ from retrieval.orchestrator import Orchestrator
 from retrieval.replicas import ReadRouter, Replica
 from retrieval.settings import Settings, parse_replica_urls
 from retrieval.tenants import TenantBudget
+from retrieval.validation import RequestLimits
 
 logger = logging.getLogger(__name__)
 
@@ -131,8 +132,7 @@ async def open_runtime(
         embedder,
         timezone=settings.timezone,
         source_timeout_ms=settings.source_timeout_ms,
-        max_query_chars=settings.max_query_chars,
-        max_limit=settings.max_limit,
+        limits=RequestLimits.of(settings),
         log_runs=settings.log_runs,
         embed_cache_bytes=settings.embed_cache_bytes,
         content_cache_bytes=settings.content_cache_bytes,

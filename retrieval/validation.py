@@ -1,9 +1,14 @@
-"""Checks for hostile input, shared by every edge (HTTP schemas, JSONL ingest, CLI options).
+"""The rules on what callers send, each written once and shared by every edge (HTTP schemas,
+JSONL ingest, CLI options, the library).
 
-Each check raises ValueError with a reason a caller can act on; pydantic turns it into a 422
-naming the field (the API) or a `FILE:LINE: field: reason` message (the CLI). What passes can
-be stored and returned without an encoding error: PostgreSQL text holds no NUL, UTF-8 holds no
-lone surrogate, JSON holds no NaN or Infinity, and timestamptz holds no year-1 local time.
+- Hostile input: each check raises ValueError with a reason a caller can act on; pydantic turns
+  it into a 422 naming the field (the API) or a `FILE:LINE: field: reason` message (the CLI).
+  What passes can be stored and returned without an encoding error: PostgreSQL text holds no
+  NUL, UTF-8 holds no lone surrogate, JSON holds no NaN or Infinity, and timestamptz holds no
+  year-1 local time.
+- A retrieval request's bounds (`check_request`): the query, limit, context window, budget,
+  time zone and window, and the conversation's sizes, against the configured `RequestLimits`.
+- A write's bounds (`check_batch`): how many memories, no id twice.
 """
 
 from __future__ import annotations
@@ -12,13 +17,19 @@ import json
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AfterValidator
 
 from retrieval.errors import InvalidInput
-from retrieval.models import TIME_MAX, TIME_MIN, time_in_bounds
+from retrieval.models import TIME_MAX, TIME_MIN, TimeRange, time_in_bounds
+
+if TYPE_CHECKING:
+    from retrieval.models import RetrievalOptions
+    from retrieval.settings import Settings
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # C0 controls other than tab, newline and carriage return, and DEL: never part of an id.
@@ -136,3 +147,132 @@ def duplicate_ids(
         else:
             seen[x] = pos
     return errors
+
+
+# The most memories on each side of a result a caller may ask for (options.context_window).
+MAX_CONTEXT_WINDOW = 5
+# The largest budget a request can name (a whole answer of 100 results of 100,000 characters).
+MAX_BUDGET_CHARS = 10_000_000
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """The configured bounds of a request (RETRIEVAL_MAX_*; the OpenAPI document shows them)."""
+
+    max_query_chars: int = 2000
+    max_limit: int = 100
+    max_conversation_messages: int = 50
+    max_message_chars: int = 16_000
+    max_conversation_chars: int = 16_000
+    max_batch: int = 1000
+
+    @classmethod
+    def of(cls, settings: Settings) -> RequestLimits:
+        return cls(
+            max_query_chars=settings.max_query_chars,
+            max_limit=settings.max_limit,
+            max_conversation_messages=settings.max_conversation_messages,
+            max_message_chars=settings.max_message_chars,
+            max_conversation_chars=settings.max_conversation_chars,
+            max_batch=settings.max_batch,
+        )
+
+
+def aware(value: datetime | None, zone: ZoneInfo) -> datetime | None:
+    """A naive instant read in `zone` (a library caller's; the API takes only aware ones)."""
+    return value if value is None or value.tzinfo else value.replace(tzinfo=zone)
+
+
+def in_zone(tr: TimeRange | None, zone: ZoneInfo) -> TimeRange | None:
+    """A caller's window with its naive ends read in `zone`."""
+    if tr is None:
+        return None
+    return replace(tr, start=aware(tr.start, zone), end=aware(tr.end, zone))
+
+
+def request_zone(timezone: str | None, default: ZoneInfo) -> ZoneInfo:
+    """The calendar a request's time words are read in; ValueError for an unknown zone."""
+    if timezone is None:
+        return default
+    try:
+        return ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        raise ValueError(f"unknown time zone {timezone!r}") from exc
+
+
+def _between(errors: list[dict[str, object]], field: str, value: int, lo: int, hi: int) -> None:
+    if not lo <= value <= hi:
+        errors.append({"field": field, "reason": f"must be between {lo} and {hi}"})
+
+
+def _conversation_errors(
+    conversation: tuple[tuple[str, str], ...], limits: RequestLimits
+) -> list[dict[str, object]]:
+    errors: list[dict[str, object]] = []
+    if len(conversation) > limits.max_conversation_messages:
+        reason = f"more than {limits.max_conversation_messages} messages"
+        errors.append({"field": "recent_conversation", "reason": reason})
+    for i, (_, content) in enumerate(conversation):
+        if len(content) > limits.max_message_chars:
+            reason = f"longer than {limits.max_message_chars} characters"
+            errors.append({"field": f"recent_conversation.{i}.content", "reason": reason})
+    total = sum(len(content) for _, content in conversation)
+    if total > limits.max_conversation_chars and not errors:
+        reason = (
+            f"{total} characters in all, more than {limits.max_conversation_chars}: send the "
+            "last turns (the service reads the end of the last messages and every message's "
+            "memory_id)"
+        )
+        errors.append({"field": "recent_conversation", "reason": reason})
+    return errors
+
+
+def check_request(
+    query: str, options: RetrievalOptions, limits: RequestLimits, default_zone: ZoneInfo
+) -> tuple[str, ZoneInfo]:
+    """Every rule of a retrieval request, for every caller (the API, MCP, the CLI, the library):
+    InvalidInput naming each field that breaks one. Returns the query stripped and the zone its
+    time words are read in."""
+    errors = _conversation_errors(options.recent_conversation, limits)
+    q = query.strip() if isinstance(query, str) else ""
+    if not q:
+        errors.append({"field": "query", "reason": "must not be empty or whitespace"})
+    elif len(q) > limits.max_query_chars:
+        errors.append(
+            {"field": "query", "reason": f"longer than {limits.max_query_chars} characters"}
+        )
+    _between(errors, "options.context_window", options.context_window, 0, MAX_CONTEXT_WINDOW)
+    _between(errors, "options.limit", options.limit, 1, limits.max_limit)
+    if options.max_chars is not None:
+        _between(errors, "options.max_chars", options.max_chars, 1, MAX_BUDGET_CHARS)
+    try:
+        zone = request_zone(options.timezone, default_zone)
+    except ValueError:
+        errors.append({"field": "options.timezone", "reason": "not a known IANA time zone"})
+        zone = default_zone
+    tr = in_zone(options.time_range, zone)
+    if tr and tr.start and tr.end and tr.start >= tr.end:
+        errors.append({"field": "options.time_range", "reason": "start must be before end"})
+    for name, value in (
+        ("options.now", aware(options.now, zone)),
+        ("options.time_range.start", tr.start if tr else None),
+        ("options.time_range.end", tr.end if tr else None),
+    ):
+        try:
+            check_instant(value)
+        except ValueError as exc:
+            errors.append({"field": name, "reason": str(exc)})
+    if errors:
+        raise InvalidInput(errors)
+    return q, zone
+
+
+def check_batch(ids: Sequence[str | None], limits: RequestLimits) -> None:
+    """A write's bounds: at most `max_batch` memories, no id twice."""
+    errors: list[dict[str, object]] = []
+    if len(ids) > limits.max_batch:
+        reason = f"more than {limits.max_batch} memories in one batch"
+        errors.append({"field": "memories", "reason": reason})
+    errors.extend(duplicate_ids(ids, range(len(ids)), key="index", noun="item"))
+    if errors:
+        raise InvalidInput(errors)

@@ -33,7 +33,7 @@ from pgvector.asyncpg import register_vector
 
 from retrieval.embedding.providers import create_embedder
 from retrieval.evaluation.bench import NAMESPACE, QUERIES, TAILS, bench_dsn
-from retrieval.search.legs import (
+from retrieval.search.vector import (
     EXACT_VECTOR_SQL,
     EXACT_WINDOW_MAX,
     EXACT_WINDOW_SQL,

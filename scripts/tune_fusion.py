@@ -26,7 +26,8 @@ from retrieval.analysis.strategy import HYBRID, PRESETS, _w, plan
 from retrieval.evaluation import ensure_index, read_qrels, read_queries, score
 from retrieval.models import Filters, Fusion, Source
 from retrieval.rank.rerank import rerank
-from retrieval.search.legs import SOURCES, SearchContext
+from retrieval.search.legs import SOURCES
+from retrieval.search.run import Given, SearchRun
 from retrieval.settings import Settings
 
 
@@ -41,10 +42,9 @@ async def collect(args: argparse.Namespace) -> None:
         intent = rt.analyzer.analyze(q.text, q.now)
         vec = rt.embedder.embed_query(q.text)
         p = plan(intent)
-        ctx = SearchContext(
+        run = SearchRun(
             pool=rt.pool,
             intent=intent,
-            vectors=[vec],
             filters=Filters(namespace=ns),
             k=100,
             window=p.time_range,
@@ -52,7 +52,7 @@ async def collect(args: argparse.Namespace) -> None:
         )
         per = {}
         for s in (Source.VECTOR, Source.KEYWORD, Source.TRIGRAM, Source.TEMPORAL):
-            per[s] = await SOURCES[s](ctx)
+            per[s] = await SOURCES[s](run, Given(vectors=(vec,)))
         out.append((q.id, intent, p.strategy, per, q.now))
     await rt.close()
     with open(args.out, "wb") as fh:

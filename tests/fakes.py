@@ -1,4 +1,4 @@
-"""Test doubles: a deterministic embedder (unit tests only, never a default) and fake sources."""
+"""Test doubles: a deterministic embedder (unit tests only, never a default) and fake legs."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def cand(
 
 
 def fixed_source(results: list[Candidate], delay: float = 0.0):
-    async def fn(ctx):
+    async def fn(run, given):
         if delay:
             await asyncio.sleep(delay)
         return results
@@ -71,7 +71,7 @@ def fixed_source(results: list[Candidate], delay: float = 0.0):
 
 
 def failing_source(exc: Exception):
-    async def fn(ctx):
+    async def fn(run, given):
         raise exc
 
     return fn

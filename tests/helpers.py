@@ -144,20 +144,23 @@ async def ingest_items(rt, ns, items):
     return await ingest(rt.pool, rt.nlp, rt.embedder, parse_items(items), namespace=ns)
 
 
-def leg_context(rt, ns, query, *, now=None, k=10, vectors=(), **kw):
-    """What a search leg reads for `query` in namespace `ns` (analysed at `now`, if given)."""
+def leg_context(
+    rt, ns, query, *, now=None, k=10, vectors=(), seeds=(), long_seeds=frozenset(), **kw
+):
+    """What a search leg reads for `query` in namespace `ns` (analysed at `now`, if given), and
+    what it is given (vectors, seeds): call a leg as `await leg(*ctx)`."""
     from retrieval.models import Filters
-    from retrieval.search.legs import SearchContext
+    from retrieval.search.run import Given, SearchRun
 
-    return SearchContext(
+    run = SearchRun(
         pool=rt.pool,
         intent=rt.analyzer.analyze(query, now),
-        vectors=list(vectors),
         filters=Filters(namespace=ns),
         k=k,
         now=now,
         **kw,
     )
+    return run, Given(vectors=tuple(vectors), seeds=tuple(seeds), long_seeds=long_seeds)
 
 
 async def ids_of(rt, query, ns, **kw):

@@ -9,8 +9,11 @@ from retrieval.analysis.nlp import memory_entities, question_focus
 from retrieval.analysis.strategy import HYBRID
 from retrieval.ingest.write import ingest, parse_items
 from retrieval.models import Candidate, Fused, Hop, RetrievalOptions, ScoredResult, Source
-from retrieval.rank.rerank import admit, diversify, expand
-from retrieval.search.legs import Skip, recent, states, vector_global
+from retrieval.rank.expansion import expand
+from retrieval.rank.rerank import admit, diversify
+from retrieval.search.newest import recent, states
+from retrieval.search.run import Skip
+from retrieval.search.vector import vector_global
 from tests.fakes import cand
 from tests.helpers import leg_context
 
@@ -371,11 +374,11 @@ async def test_recent_and_states_are_the_newest_first(rt, ns):
         },
     ]
     await _put(rt, ns, items)
-    got = [c.external_id for c in await recent(_ctx(rt, ns, "最近どう"))]
+    got = [c.external_id for c in await recent(*_ctx(rt, ns, "最近どう"))]
     assert got == ["e1", "e2", "s-new", "e3", "s-old"]
-    got = [c.external_id for c in await states(_ctx(rt, ns, "住所"))]
+    got = [c.external_id for c in await states(*_ctx(rt, ns, "住所"))]
     assert got == ["s-new", "s-old"]
-    assert [c.external_id for c in await recent(_ctx(rt, ns + "-other", "最近どう"))] == []
+    assert [c.external_id for c in await recent(*_ctx(rt, ns + "-other", "最近どう"))] == []
 
 
 async def test_the_exploration_slot_searches_only_the_older_past(rt, ns):
@@ -391,16 +394,11 @@ async def test_the_exploration_slot_searches_only_the_older_past(rt, ns):
     }
     await _put(rt, ns, [old, new])
     q = "抹茶のパフェ"
-    ctx = _ctx(
-        rt,
-        ns,
-        q,
-    )
-    ctx = replace(ctx, vectors=[rt.embedder.embed_query(q)])
-    got = await vector_global(ctx)
+    run, given = _ctx(rt, ns, q, vectors=[rt.embedder.embed_query(q)])
+    got = await vector_global(run, given)
     assert [c.external_id for c in got] == ["old"] and got[0].source == Source.VECTOR_GLOBAL
     with pytest.raises(Skip):
-        await vector_global(replace(ctx, now=None))
+        await vector_global(replace(run, now=None), given)
 
 
 async def test_a_caller_adds_the_newest_memories_states_and_the_exploration_slot(rt, ns, client):
@@ -460,10 +458,10 @@ async def test_a_caller_adds_the_newest_memories_states_and_the_exploration_slot
 
 
 async def test_the_entity_hop_needs_no_other_leg(rt, ns):
-    """The entity leg read the query's IDF terms from SearchContext.debug, written there by the
-    keyword leg: when the keyword leg timed out (or never ran), every entity hop was dropped as
+    """The entity leg read the query's IDF terms from the search's shared state, written there by
+    the keyword leg: when the keyword leg timed out (or never ran), every entity hop was dropped as
     adding nothing. Each hop leg now asks for the terms itself."""
-    from retrieval.search.legs import entity, links, thread
+    from retrieval.search.hops import entity, links, thread
 
     await _put(rt, ns, PROJECT)
     ctx = _ctx(
@@ -472,16 +470,15 @@ async def test_the_entity_hop_needs_no_other_leg(rt, ns):
         "山田真由さんと打ち合わせしたプロジェクトの締め切りはいつ？",
         seeds=(("intro", 1.0),),
     )
-    assert not ctx.debug  # no keyword leg ran
-    got = {c.external_id: c for c in await entity(ctx)}
+    got = {c.external_id: c for c in await entity(*ctx)}  # no keyword leg ran
     assert "deadline" in got and got["deadline"].hop is not None
     hop = got["deadline"].hop
     assert hop.seed == "intro" and hop.kind == "entity" and hop.added > 0 and hop.gives_answer
     # the reply and the thread: each says how it was reached, from which seed
     ctx = _ctx(rt, ns, "ヒスイの集まりはどこでやるの", seeds=(("ask", 1.0),))
-    reply = {c.external_id: c for c in await links(ctx)}["reply"]
+    reply = {c.external_id: c for c in await links(*ctx)}["reply"]
     assert reply.hop is not None and reply.hop.kind == "answers_question"
-    same = {c.external_id: c for c in await thread(ctx)}["reply"]
+    same = {c.external_id: c for c in await thread(*ctx)}["reply"]
     assert same.hop is not None and same.hop.kind == "thread" and same.score == 1.0
 
 
@@ -489,7 +486,7 @@ async def test_the_entity_source_does_not_start_from_a_long_memory(rt, ns):
     """An article names dozens of things; sharing one with it says little. A long seed alone:
     the source skips; beside a short seed, only the short one leads anywhere."""
     from retrieval.analysis.passages import SPLIT_ABOVE
-    from retrieval.search.legs import entity
+    from retrieval.search.hops import entity
 
     filler = "会議では予定と担当と進め方をひとつずつ確かめ、次の週の作業を決めた。" * 80
     items = [
@@ -500,9 +497,9 @@ async def test_the_entity_source_does_not_start_from_a_long_memory(rt, ns):
     ]
     assert len(items[0]["content"]) > SPLIT_ABOVE
     await _put(rt, ns, items)
-    ctx = _ctx(rt, ns, "締め切りはいつ？", long_seeds=frozenset({"long"}))
+    run, given = _ctx(rt, ns, "締め切りはいつ？", long_seeds=frozenset({"long"}))
     with pytest.raises(Skip):
-        await entity(replace(ctx, seeds=(("long", 1.0),)))
-    got = await entity(replace(ctx, seeds=(("long", 1.0), ("short", 0.8))))
+        await entity(run, replace(given, seeds=(("long", 1.0),)))
+    got = await entity(run, replace(given, seeds=(("long", 1.0), ("short", 0.8))))
     assert [c.external_id for c in got] == ["via-short"]
     assert {c.hop.seed for c in got} == {"short"}

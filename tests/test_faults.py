@@ -315,11 +315,11 @@ async def test_a_connection_left_mid_operation_answers_503_and_is_not_raised(rt,
 
 async def test_search_legs_run_under_a_server_side_statement_timeout(own_db):
     """A leg's query is stopped by the server at the leg's deadline, not left running."""
-    from retrieval.search.legs import SearchContext, leg_connection
+    from retrieval.search.run import SearchRun, leg_connection
 
     rt, _ = own_db
-    ctx = SearchContext(pool=rt.pool, intent=None, vectors=[], filters=None, k=1, timeout_s=0.25)  # type: ignore[arg-type]
-    async with leg_connection(ctx) as conn:
+    run = SearchRun(pool=rt.pool, intent=None, filters=None, k=1, timeout_s=0.25)  # type: ignore[arg-type]
+    async with leg_connection(run) as conn:
         assert await conn.fetchval("SHOW statement_timeout") == "250ms"
         with pytest.raises(asyncpg.QueryCanceledError):
             await conn.fetchval("SELECT pg_sleep(2)")

@@ -8,10 +8,15 @@ from types import MappingProxyType
 
 import pytest
 
-from retrieval.embedding.query import QUERY_EMBED_MAX_CHARS, QueryEmbeddings, cut_texts
+from retrieval.embedding.query import (
+    QUERY_EMBED_MAX_CHARS,
+    QueryEmbeddings,
+    conversation_text,
+    query_texts,
+)
 from retrieval.errors import InvalidInput, StoreUnavailable
 from retrieval.models import RetrievalOptions, Source, Strategy, TimeRange
-from retrieval.orchestrator import Orchestrator, context_query
+from retrieval.orchestrator import Orchestrator
 from tests.fakes import FakeEmbedder, cand, failing_source, fixed_source
 
 NOW = datetime(2026, 11, 22, 3, tzinfo=UTC)
@@ -73,7 +78,7 @@ async def test_sources_run_concurrently(analyzer):
     overlapped: set[Source] = set()
 
     def tracked(s: Source):
-        async def fn(ctx):
+        async def fn(run, given):
             running.add(s)
             await asyncio.sleep(0.05)
             if len(running) > 1:
@@ -125,18 +130,18 @@ async def test_bad_input_names_field(analyzer, query, opts, field):
     assert err.value.errors[0]["field"] == field
 
 
-def test_context_query_uses_last_six_messages():
+def test_the_conversation_text_uses_the_last_six_messages():
     conv = tuple(("user", f"m{i}") for i in range(10))
-    q = context_query("今の話", conv)
+    q = conversation_text("今の話", conv)
     assert q.endswith("---\n今の話") and "m3" not in q and "m4" in q
-    assert context_query("x", ()) is None
+    assert conversation_text("x", ()) is None
 
 
 async def test_conversation_adds_a_second_query_vector(analyzer):
     seen = {}
 
-    async def vec(ctx):
-        seen["n"] = len(ctx.vectors)
+    async def vec(run, given):
+        seen["n"] = len(given.vectors)
         return []
 
     orch = _orch(analyzer, {Source.VECTOR: vec})
@@ -169,9 +174,9 @@ async def test_text_sources_start_before_the_embedding_is_done(analyzer):
     started = {}
 
     def stamp(source):
-        async def fn(ctx):
+        async def fn(run, given):
             started[source] = asyncio.get_running_loop().time()
-            assert (source == Source.VECTOR) == bool(ctx.vectors)
+            assert (source == Source.VECTOR) == bool(given.vectors)
             return [cand(1 if source == Source.VECTOR else 2, 0.5, source)]
 
         return fn
@@ -231,11 +236,11 @@ def test_a_query_embeds_at_most_a_window_of_text():
     """Before: the query and six 3,000-character messages were embedded whole (~30 s here)."""
     conv = tuple(("user", f"{i}" + "長い発言" * 750) for i in range(6))
     query = "質問" * 1500
-    texts = cut_texts(query, context_query(query, conv))
+    texts = query_texts(query, conv)
     assert [len(t) for t in texts] == [QUERY_EMBED_MAX_CHARS, QUERY_EMBED_MAX_CHARS]
     assert texts[0] == query[:QUERY_EMBED_MAX_CHARS]
     assert texts[1].endswith(query[-10:])
-    assert cut_texts("短い質問", None) == ["短い質問"]
+    assert query_texts("短い質問") == ["短い質問"]
 
 
 class _CountingEmbedder(FakeEmbedder):

@@ -1,21 +1,16 @@
 """Fusion and reranking: pure functions, literal inputs, no database."""
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
 
-from retrieval.analysis.strategy import HYBRID, HYBRID_RRF, KEYWORD_BOOST, TEMPORAL
+from retrieval.analysis.strategy import HYBRID, KEYWORD_BOOST, TEMPORAL, _w
 from retrieval.models import Fusion, ScoredResult, Source, TimeRange
-from retrieval.rank.rerank import (
-    dedupe,
-    fuse_weighted,
-    in_window,
-    minmax,
-    recency_factor,
-    rerank,
-    rrf,
-)
+from retrieval.rank.fusion import fuse_weighted, minmax, rrf
+from retrieval.rank.rerank import dedupe, rerank
+from retrieval.rank.window import in_window, recency_factor
 from tests.fakes import cand
 
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
@@ -94,10 +89,10 @@ def test_rerank_window_first_then_outside():
         Source.TEMPORAL: [inside],
         Source.VECTOR: [outside, cand(1, 0.80, Source.VECTOR, created_at=NOW - timedelta(days=3))],
     }
-    res, counts = rerank(per, TEMPORAL, now=NOW, window=w, limit=10)
+    res, before = rerank(per, TEMPORAL, now=NOW, window=w, limit=10)
     assert [r.candidate.id for r in res] == [1, 2]
     assert res[1].relevance == "outside_window" and "outside last_week" in res[1].reason
-    assert "inside last_week" in res[0].reason and counts["before"] == 2
+    assert "inside last_week" in res[0].reason and before == 2
 
 
 def test_rerank_threshold_labels_and_reasons():
@@ -105,17 +100,20 @@ def test_rerank_threshold_labels_and_reasons():
         Source.VECTOR: [cand(1, 0.9, Source.VECTOR), cand(2, 0.1, Source.VECTOR)],
         Source.KEYWORD: [cand(1, 5.0, Source.KEYWORD)],
     }
-    res, counts = rerank(per, KEYWORD_BOOST, now=NOW, limit=10)
+    res, before = rerank(per, KEYWORD_BOOST, now=NOW, limit=10)
     assert [r.candidate.id for r in res] == [1]
     assert res[0].relevance == "high"
     assert "vector (cos 0.900" in res[0].reason and "keyword (bm25 5.000" in res[0].reason
-    assert counts["before"] == 2 and counts["after"] == 1
+    assert before == 2
 
 
 def test_rerank_rrf_preset_scales_to_one():
+    """A preset may fuse by reciprocal rank (k=60, ref-llmless-hybrid-rerank), scaled to 1."""
+    rrf_preset = replace(
+        HYBRID, fusion=Fusion.RRF, weights=_w(vector=1.0, keyword=1.0), lex_weight=0.0
+    )
     per = {Source.VECTOR: [cand(1, 0.9, Source.VECTOR), cand(2, 0.8, Source.VECTOR)]}
-    res, _ = rerank(per, HYBRID_RRF, now=NOW, limit=5)
-    assert HYBRID_RRF.fusion == Fusion.RRF
+    res, _ = rerank(per, rrf_preset, now=NOW, limit=5)
     assert res[0].score == pytest.approx(1.0 * res[0].signals["recency"])
     assert "rank 1" in res[0].reason
 
@@ -127,8 +125,17 @@ def test_rerank_considers_only_top_n():
             for i in range(120)
         ]
     }
-    res, counts = rerank(per, HYBRID, now=NOW, limit=10)
-    assert counts["considered"] == 50 and len(res) == 10
+    res, before = rerank(per, HYBRID, now=NOW, limit=10)
+    assert before == 120 and len(res) == 10
+    # A candidate below the first 50 is not scored further, however well it matches the query:
+    # the same text first at rank 10, nowhere at rank 60.
+    for rank, found in ((10, True), (60, False)):
+        per[Source.VECTOR][rank].content = "光合成の仕組みと葉緑体"
+        res, _ = rerank(per, HYBRID, now=NOW, limit=10, query="光合成の仕組みと葉緑体")
+        assert (res[0].candidate.id == rank) is found and (
+            rank in {r.candidate.id for r in res}
+        ) is found
+        per[Source.VECTOR][rank].content = f"memory {rank}"
 
 
 def test_fuzzy_window_soft_edge_is_near_not_inside_and_decays():
@@ -175,8 +182,8 @@ def test_no_cache_entry_serves_two_memories_of_the_same_text():
     n-gram set were cached by text alone, so a tenant asking about a memory whose text another
     tenant's memory has and was read lately got its answer faster (and the near-duplicate
     test's bigram sets, by text alone too). Each memory (its id) now has its own entries."""
-    from retrieval.passages import highlight as hl
-    from retrieval.rank import rerank as rr
+    from retrieval.rank import highlight as hl
+    from retrieval.rank import lexical as rr
 
     text = "共有された長い議事録の本文です。来週の会議は水曜日に移りました。" * 60
     assert len(text) > hl.PASSAGE_MAX_CHARS

@@ -23,11 +23,11 @@ def test_byte_lru_holds_at_most_its_budget():
 
 
 def test_ngram_and_embedding_caches_are_bounded_by_bytes(rt):
-    from retrieval.rank import rerank
+    from retrieval.rank import lexical
 
-    assert rerank._NGRAMS.max_bytes == rerank.NGRAM_CACHE_BYTES
-    rerank.doc_ngrams("長い" * 50_000, 2, 1)
-    assert rerank._NGRAMS.bytes <= rerank.NGRAM_CACHE_BYTES
+    assert lexical._NGRAMS.max_bytes == lexical.NGRAM_CACHE_BYTES
+    lexical.doc_ngrams("長い" * 50_000, 2, 1)
+    assert lexical._NGRAMS.bytes <= lexical.NGRAM_CACHE_BYTES
     assert rt.orchestrator.embeddings.cache.max_bytes == rt.settings.embed_cache_bytes
 
 

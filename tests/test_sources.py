@@ -58,7 +58,7 @@ async def test_expired_archived_unsearchable_never_returned(rt, ns):
 async def test_trigram_skips_names_common_in_the_namespace(rt, ns):
     """A regression: "BM25" is tokenised bm+25 in memories, so looking the raw name up in term_df
     found nothing and the trigram leg scanned every memory containing it (600 ms at 1M)."""
-    from retrieval.search.legs import trigram
+    from retrieval.search.names import trigram
 
     await _ingest(
         rt,
@@ -68,14 +68,14 @@ async def test_trigram_skips_names_common_in_the_namespace(rt, ns):
     )
     for query, expect in (("BM25の検証", []), ("RTX-4090のサーバー", ["rare"])):
         ctx = _leg_context(rt, ns, query)
-        assert [c.external_id for c in await trigram(ctx)] == expect, query
+        assert [c.external_id for c in await trigram(*ctx)] == expect, query
 
 
-async def test_keyword_leg_reads_a_capped_number_of_postings_per_term(rt, ns):
+async def test_keyword_leg_reads_a_capped_number_of_postings_per_term(rt, ns, monkeypatch):
     """With the cap below a common term's document frequency, the memory with the rare term still
     ranks first (the rare term's postings are read whole); the common term is read only up to
     the cap, so its share of a score may be missing, never added."""
-    from retrieval.search.legs import keyword
+    from retrieval.search import keyword as leg
 
     await _ingest(
         rt,
@@ -83,17 +83,20 @@ async def test_keyword_leg_reads_a_capped_number_of_postings_per_term(rt, ns):
         [{"id": f"c{i}", "content": f"今日は天気の話をした{i}"} for i in range(12)]
         + [{"id": "rare", "content": "天気と量子コンピュータの話"}],
     )
-    full = _leg_context(rt, ns, "量子コンピュータと天気", k=20)
-    capped = _leg_context(rt, ns, "量子コンピュータと天気", k=20, postings_per_term=3)
-    all_rows, few = await keyword(full), await keyword(capped)
+    run, given = _leg_context(rt, ns, "量子コンピュータと天気", k=20)
+    all_rows = await leg.keyword(run, given)
+    monkeypatch.setattr(leg, "POSTINGS_PER_TERM", 3)
+    few = await leg.keyword(run, given)
+    async with rt.pool.acquire() as conn:
+        terms = await leg.query_terms(run, conn)
     assert all_rows[0].external_id == few[0].external_id == "rare"
     assert 0 < few[0].score <= all_rows[0].score + 1e-9
-    assert len(all_rows) == 13 and len(few) <= 1 + 3 * len(full.debug["keyword_terms"])
+    assert len(all_rows) == 13 and len(few) <= 1 + 3 * len(terms)
 
 
 async def test_trigram_leg_uses_the_trigram_index(rt, ns):
     """An OR of ILIKEs was planned as a scan of every memory (715 ms on 13.4k passages)."""
-    from retrieval.search.legs import TRIGRAM_SQL
+    from retrieval.search.names import TRIGRAM_SQL
 
     await _ingest(rt, ns, [{"id": "x", "content": "ボロベン高原のコーヒー"}])
     async with rt.pool.acquire() as conn, conn.transaction():
@@ -122,7 +125,7 @@ async def test_trigram_leg_uses_the_trigram_index(rt, ns):
 async def test_trigram_names_count_by_rarity_not_length(rt, ns):
     """A full name held by one memory outweighs a longer katakana word held by many: the
     person asked about, not the template the question shares with other meetings."""
-    from retrieval.search.legs import trigram
+    from retrieval.search.names import trigram
 
     items = [{"id": "kimura", "content": "千葉で木村翔太さんに会って、案件を進めることになった。"}]
     items += [
@@ -131,7 +134,7 @@ async def test_trigram_names_count_by_rarity_not_length(rt, ns):
     ]
     await _ingest(rt, ns, items)
     q = "木村翔太さんと打ち合わせしたプロジェクト"
-    got = await trigram(_leg_context(rt, ns, q))
+    got = await trigram(*_leg_context(rt, ns, q))
     assert got[0].external_id == "kimura" and got[0].score > 0.5, [
         (c.external_id, c.score) for c in got
     ]
@@ -141,7 +144,7 @@ async def test_small_windows_are_searched_exactly(rt, ns, monkeypatch):
     """A window of few memories gets exact distances (HNSW walks most of the graph to find a
     handful in-window); a larger one the index. Both return the in-window memories nearest the
     query, best first."""
-    import retrieval.search.legs as src
+    import retrieval.search.vector as src
     from retrieval.models import TimeRange
 
     topics = ["ジムで筋トレ", "映画を観た", "カレーを作った", "ランニング5km", "読書会に参加"]
@@ -171,27 +174,36 @@ async def test_small_windows_are_searched_exactly(rt, ns, monkeypatch):
         )
     want = sorted(rows, key=lambda r: -float(np.dot(np.asarray(r["embedding"].to_numpy()), vec)))
     want_ids = [r["external_id"] for r in want]
+    chosen: list[str] = []
+
+    def window_sql(n: int) -> str:
+        chosen.append(sql := decide(n))
+        return sql
+
+    decide = src.window_sql
+    monkeypatch.setattr(src, "window_sql", window_sql)
     for limit, exact in ((5000, True), (3, False)):
         monkeypatch.setattr(src, "EXACT_WINDOW_MAX", limit)
         ctx = _leg_context(rt, ns, "ジム", k=5, vectors=[vec], window=window)
-        got = [c.external_id for c in await src.temporal(ctx)]
-        assert ctx.debug["temporal_exact"] is exact
+        got = [c.external_id for c in await src.temporal(*ctx)]
+        assert (chosen[-1] == src.EXACT_WINDOW_SQL) is exact
         assert got == want_ids[:5], exact
 
 
 async def test_the_keyword_leg_scores_at_most_the_rarest_32_terms(rt, ns):
     """Before: every distinct term of the query (up to 2,000 characters) read its postings."""
-    from retrieval.search.legs import MAX_QUERY_TERMS, keyword
+    from retrieval.search.keyword import MAX_QUERY_TERMS, keyword, query_terms
 
     words = [f"word{i:03d}x" for i in range(80)]
     common = [{"id": f"c{i}", "content": " ".join(words[:60])} for i in range(5)]
     rare = [{"id": "rare", "content": "the only one with " + " ".join(words[60:])}]
     await _ingest(rt, ns, common + rare)
-    ctx = _leg_context(rt, ns, " ".join(words))
-    assert len(ctx.intent.keywords) > MAX_QUERY_TERMS
-    got = await keyword(ctx)
+    run, given = _leg_context(rt, ns, " ".join(words))
+    assert len(run.intent.keywords) > MAX_QUERY_TERMS
+    got = await keyword(run, given)
     assert got[0].external_id == "rare"  # its terms are the rarest: they are the ones kept
-    assert len(ctx.debug["keyword_terms"]) == MAX_QUERY_TERMS
+    async with rt.pool.acquire() as conn:
+        assert len(await query_terms(run, conn)) == MAX_QUERY_TERMS
 
 
 class _CountingPool:
@@ -288,18 +300,19 @@ async def test_the_vector_legs_two_searches_fail_and_stop_together(rt, ns, monke
 
     import asyncpg
 
-    from retrieval.search import legs as sources
+    from retrieval.search import vector as sources
+    from retrieval.search.run import leg_connection
     from tests.test_passages import LONG
 
     await _ingest(rt, ns, [{"id": "long", "content": LONG}, {"id": "short", "content": "光合成"}])
     vec = np.asarray(rt.embedder.embed_query("光合成の仕組み"), np.float32)
 
-    def context(slots: int) -> sources.SearchContext:
+    def context(slots: int):
         return _leg_context(
             rt, ns, "光合成の仕組み", vectors=[vec], timeout_s=60.0, slots=asyncio.Semaphore(slots)
         )
 
-    found = await asyncio.wait_for(sources.vector(context(1)), 20)
+    found = await asyncio.wait_for(sources.vector(*context(1)), 20)
     long = next(c for c in found if c.external_id == "long")
     assert {c.external_id for c in found} == {"long", "short"} and long.passages
 
@@ -309,22 +322,22 @@ async def test_the_vector_legs_two_searches_fail_and_stop_together(rt, ns, monke
         started.set()
         await conn.execute("SELECT pg_sleep(30)")
 
-    async def memory_sleeps(ctx, conn, source, args):
+    async def memory_sleeps(run, conn, vectors, source, args):
         await sleeping(conn)
         return {}
 
-    async def passages_sleep(ctx, source, args, n):
-        async with sources.leg_connection(ctx) as conn:
+    async def passages_sleep(run, vectors, source, args, n):
+        async with leg_connection(run) as conn:
             await sleeping(conn)
         return []
 
-    async def memory_fails(ctx, conn, source, args):
+    async def memory_fails(run, conn, vectors, source, args):
         await started.wait()
         await asyncio.sleep(0.1)  # the other's statement is running
         raise asyncpg.QueryCanceledError("canceling statement due to statement timeout")
 
-    async def passages_fail(ctx, source, args, n):
-        await memory_fails(ctx, None, source, args)
+    async def passages_fail(run, vectors, source, args, n):
+        await memory_fails(run, None, vectors, source, args)
 
     in_use = rt.pool.get_size() - rt.pool.get_idle_size()
     for memory_half, passage_half in (
@@ -335,12 +348,12 @@ async def test_the_vector_legs_two_searches_fail_and_stop_together(rt, ns, monke
         monkeypatch.setattr(sources, "_memory_knn", memory_half)
         monkeypatch.setattr(sources, "_passage_knn", passage_half)
         with pytest.raises(asyncpg.QueryCanceledError):
-            await sources.vector(context(4))
+            await sources.vector(*context(4))
         assert await _sleeping(rt) == 0
         assert rt.pool.get_size() - rt.pool.get_idle_size() <= in_use
     monkeypatch.setattr(sources, "_memory_knn", memory_sleeps)
     monkeypatch.setattr(sources, "_passage_knn", passages_sleep)
-    leg = asyncio.ensure_future(sources.vector(context(4)))
+    leg = asyncio.ensure_future(sources.vector(*context(4)))
     for _ in range(100):  # both statements run at once
         await asyncio.sleep(0.05)
         async with rt.pool.acquire() as conn:
@@ -359,12 +372,12 @@ async def test_the_vector_legs_two_searches_fail_and_stop_together(rt, ns, monke
 async def test_leg_connection_plans_as_asked_for_its_transaction_only(rt, ns):
     """A hop or the context is planned once per connection (generic plan); every other leg at
     each execution, with its values; neither setting outlives the leg's transaction."""
-    from retrieval.search.legs import leg_connection
+    from retrieval.search.run import leg_connection
 
-    ctx = _leg_context(rt, ns, "x", timeout_s=0.25)
+    run, _ = _leg_context(rt, ns, "x", timeout_s=0.25)
     show = "SELECT current_setting('plan_cache_mode'), current_setting('statement_timeout')"
     for generic, mode in ((True, "force_generic_plan"), (False, "force_custom_plan")):
-        async with leg_connection(ctx, generic_plan=generic) as conn:
+        async with leg_connection(run, generic_plan=generic) as conn:
             assert tuple(await conn.fetchrow(show)) == (mode, "250ms")
     async with rt.pool.acquire() as conn:
         await conn.execute("SET plan_cache_mode = auto")  # a session's own, reset on release
@@ -375,7 +388,8 @@ async def test_leg_connection_plans_as_asked_for_its_transaction_only(rt, ns):
 async def test_legs_break_equal_scores_by_row_id(rt, ns):
     """Memories the keyword and trigram legs score alike come in row order, so which of them
     make the k does not depend on the plan the server chose."""
-    from retrieval.search.legs import keyword, trigram
+    from retrieval.search.keyword import keyword
+    from retrieval.search.names import trigram
 
     # Twelve alike among 240: rare enough for the trigram leg to search the name (name_max_df),
     # and more than twice k, so that the server sorts them with a bounded heap (not stable).
@@ -394,6 +408,6 @@ async def test_legs_break_equal_scores_by_row_id(rt, ns):
     by_id = [r["external_id"] for r in rows]
     ctx = _leg_context(rt, ns, "RTX-4090のGPUサーバー", k=3)
     for leg in (keyword, trigram):
-        found = await leg(ctx)
+        found = await leg(*ctx)
         assert len({c.score for c in found}) == 1, leg.__name__
         assert [c.external_id for c in found] == by_id[:3], leg.__name__

@@ -10,7 +10,7 @@ from pgvector import Vector
 from db.store import StoredTurn
 from retrieval.ingest.turns import CONTEXT_CHARS, batch_predecessors, context_text
 from retrieval.ingest.write import embedding_load, parse_items
-from retrieval.search.legs import EXACT_VECTOR_SQL, VECTOR_SQL
+from retrieval.search.vector import EXACT_VECTOR_SQL, VECTOR_SQL
 from tests.helpers import ingest_items as _ingest
 
 ASK = "Where did you go last weekend?"

@@ -159,10 +159,6 @@ HYBRID = Preset(
     lex_n=3,
     **_EXPAND,
 )
-# Reciprocal rank fusion of the same legs, k=60 (ref-llmless-hybrid-rerank).
-HYBRID_RRF = replace(
-    HYBRID, fusion=Fusion.RRF, weights=_w(vector=1.0, keyword=1.0, trigram=0.0), lex_weight=0.0
-)
 # Baselines for evaluation: one leg, raw order.
 VECTOR_ONLY = Preset(
     Strategy.VECTOR_ONLY,

@@ -4,8 +4,8 @@ models (`retrieval_client.models`, defined once, re-exported here for the routes
 Hostile input is refused here, by field: NUL characters and lone surrogates in any string,
 NaN/Infinity and deep or huge metadata, times outside 1900-2200 or without an offset, ids
 that a URL cannot address, duplicate ids in a batch. Sizes that the deployment configures
-(query length, result limit, batch and conversation sizes) are checked against `Settings` by
-`check_limits` and written into the OpenAPI document by `document_limits`.
+(query length, result limit, batch and conversation sizes) are checked by the request rules
+(retrieval.validation) and written into the OpenAPI document by `document_limits`.
 """
 
 from __future__ import annotations
@@ -17,16 +17,15 @@ from pydantic import BaseModel, Field, model_validator
 from retrieval.errors import InvalidInput
 from retrieval.ingest.write import MAX_ID_CHARS, MemoryIn
 from retrieval.models import Strategy
-from retrieval.rank.budget import MAX_BUDGET_CHARS
-from retrieval.search.neighbours import MAX_CONTEXT_WINDOW
 from retrieval.settings import Settings
 from retrieval.validation import (
+    MAX_BUDGET_CHARS,
+    MAX_CONTEXT_WINDOW,
     MAX_NAMESPACE_CHARS,
     NAMESPACE_PATTERN,
     Instant,
     SafeId,
     SafeStr,
-    duplicate_ids,
 )
 from retrieval_client.models import (
     JobOut,
@@ -56,7 +55,7 @@ class TimeRangeIn(BaseModel):
     end: Instant | None = None
 
     @model_validator(mode="after")
-    def _given(self) -> TimeRangeIn:  # start < end: Orchestrator.validate, for every caller
+    def _given(self) -> TimeRangeIn:  # start < end: check_request, for every caller
         if self.start is None and self.end is None:
             raise ValueError("give start, end or both")
         return self
@@ -68,7 +67,7 @@ LSN_PATTERN = r"^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"
 
 class RetrieveOptionsIn(BaseModel):
     force_strategy: Strategy | None = None
-    limit: int = 10  # 1..RETRIEVAL_MAX_LIMIT: Orchestrator.validate (document_limits shows it)
+    limit: int = 10  # 1..RETRIEVAL_MAX_LIMIT: check_request (document_limits shows it)
     time_range: TimeRangeIn | None = Field(default=None, description="Hard filter on created_at.")
     memory_types: list[Label] = Field(default_factory=list, max_length=20)
     source_types: list[Label] = Field(default_factory=list, max_length=20)
@@ -159,8 +158,9 @@ class RetrieveOptionsIn(BaseModel):
 
 
 class RetrieveRequest(BaseModel):
-    # Not blank, at most RETRIEVAL_MAX_QUERY_CHARS: Orchestrator.validate, the one place for a
-    # query's rules (the CLI and the library go through it too); document_limits shows them.
+    # Not blank, at most RETRIEVAL_MAX_QUERY_CHARS: retrieval.validation.check_request, the one
+    # place for a request's rules (the CLI and the library go through it too); document_limits
+    # shows them.
     query: SafeStr
     namespace: NamespaceStr = "default"
     recent_conversation: list[Message] = Field(default_factory=list)
@@ -220,50 +220,6 @@ OVER_SHARE: dict[int | str, dict[str, Any]] = {
         "(RETRIEVAL_TENANT_CPU_SHARE) for longer than RETRIEVAL_TENANT_MAX_WAIT_S: see Retry-After",
     },
 }
-
-
-def check_limits(settings: Settings, body: BaseModel) -> None:
-    """The configured sizes a body must keep to (the orchestrator checks query and limit)."""
-    errors: list[dict[str, object]] = []
-    if isinstance(body, RetrieveRequest):
-        conv = body.recent_conversation
-        if len(conv) > settings.max_conversation_messages:
-            errors.append(
-                {
-                    "field": "recent_conversation",
-                    "reason": f"more than {settings.max_conversation_messages} messages",
-                }
-            )
-        for i, msg in enumerate(conv):
-            if len(msg.content) > settings.max_message_chars:
-                errors.append(
-                    {
-                        "field": f"recent_conversation.{i}.content",
-                        "reason": f"longer than {settings.max_message_chars} characters",
-                    }
-                )
-        total = sum(len(msg.content) for msg in conv)
-        if total > settings.max_conversation_chars and not errors:
-            errors.append(
-                {
-                    "field": "recent_conversation",
-                    "reason": f"{total} characters in all, more than "
-                    f"{settings.max_conversation_chars}: send the last turns (the service "
-                    "reads the end of the last messages and every message's memory_id)",
-                }
-            )
-    if isinstance(body, MemoriesIn):
-        if len(body.memories) > settings.max_batch:
-            errors.append(
-                {
-                    "field": "memories",
-                    "reason": f"more than {settings.max_batch} memories in one batch",
-                }
-            )
-        ids = [it.id for it in body.memories]
-        errors.extend(duplicate_ids(ids, range(len(ids)), key="index", noun="item"))
-    if errors:
-        raise InvalidInput(errors)
 
 
 def retrieve_body_limit(settings: Settings) -> int:

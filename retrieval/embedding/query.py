@@ -121,6 +121,22 @@ class QueryEmbeddings:
             job.add_done_callback(lambda _: self._release(namespace, cost))
         return asyncio.wrap_future(job)
 
+    def start(
+        self,
+        namespace: str,
+        query: str,
+        conversation: tuple[tuple[str, str], ...],
+        deadline: float,
+    ) -> QueryEmbedding:
+        """Embed a request's query (and its conversation text) by `deadline` (a monotonic time),
+        with the bounds above."""
+        texts = query_texts(query, conversation)
+        costs = self.costs(namespace, texts)
+        given_up = threading.Event()
+        return QueryEmbedding(
+            self.submit(namespace, texts, deadline, given_up, costs), costs, given_up
+        )
+
     def _release(self, namespace: str, cost: float) -> None:
         with self._lock:
             left = self._pending[namespace] - cost
@@ -168,10 +184,63 @@ class _Once:
         return self.owner.one(self.text)
 
 
-def cut_texts(query: str, context_text: str | None) -> list[str]:
+# The conversation's last three exchanges join the question (ref-llmless-hybrid-rerank, Phase 1).
+MAX_CONVERSATION_MESSAGES = 6
+
+
+def conversation_text(query: str, conversation: tuple[tuple[str, str], ...]) -> str | None:
+    """The recent conversation's last messages, then "---" and the query; None without one."""
+    msgs = [
+        f"{role}: {content}"
+        for role, content in conversation[-MAX_CONVERSATION_MESSAGES:]
+        if content.strip()
+    ]
+    return "\n".join(msgs) + "\n---\n" + query if msgs else None
+
+
+def query_texts(query: str, conversation: tuple[tuple[str, str], ...] = ()) -> list[str]:
     """What a query embeds: its start, and the end of its conversation text (when it has one),
     each QUERY_EMBED_MAX_CHARS at most."""
     texts = [query[:QUERY_EMBED_MAX_CHARS]]
-    if context_text is not None:
-        texts.append(context_text[-QUERY_EMBED_MAX_CHARS:])
+    joined = conversation_text(query, conversation)
+    if joined is not None:
+        texts.append(joined[-QUERY_EMBED_MAX_CHARS:])
     return texts
+
+
+class QueryEmbedding:
+    """One request's query embedding in flight: its vectors (a future), what it is estimated to
+    cost, and how long it took once done while the request still waited for it."""
+
+    def __init__(
+        self,
+        vectors: asyncio.Future[list[np.ndarray]],
+        costs: list[float],
+        given_up: threading.Event,
+    ) -> None:
+        self.vectors = vectors
+        self.costs = costs
+        self.given_up = given_up
+        self.started = time.perf_counter()
+        self.ms = 0.0
+        vectors.add_done_callback(self._timed)
+
+    def _timed(self, _: object) -> None:  # on the loop, while the request still waits for it
+        if not self.given_up.is_set():
+            self.ms = (time.perf_counter() - self.started) * 1000.0
+
+    def used(self) -> bool:
+        """Whether the vectors are there (done, not cancelled, no error)."""
+        v = self.vectors
+        return v.done() and not v.cancelled() and v.exception() is None
+
+    def abandon(self) -> None:
+        """The request no longer waits: a text not started yet is not embedded for nobody."""
+        self.given_up.set()
+        self.vectors.cancel()
+
+    def spent_s(self) -> float:
+        """What the embedding cost (estimated): nothing when it was refused as busy."""
+        v = self.vectors
+        refused = v.done() and not v.cancelled() and isinstance(v.exception(), EmbeddingBusy)
+        return 0.0 if refused else sum(self.costs)

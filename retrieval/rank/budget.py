@@ -12,9 +12,6 @@ from dataclasses import replace
 
 from retrieval.models import BudgetReport, RetrievalResult
 
-# The largest budget a request can name (a whole answer of 100 results of 100,000 characters).
-MAX_BUDGET_CHARS = 10_000_000
-
 
 def whole_chars(r: RetrievalResult) -> int:
     """Characters a result costs whole: its content and its context's."""

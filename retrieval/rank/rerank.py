@@ -1,33 +1,38 @@
-"""Reranker: pure functions over plain data (normalise, fuse, decay, dedupe, threshold, explain)."""
+"""The reranker: the legs' candidates fused, expanded and admitted, scored with the n-gram signal,
+decayed by age, deduplicated, thresholded, diversified, labelled and explained — pure functions
+over plain data."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 import numpy as np
 
-from retrieval.analysis.passages import SPLIT_ABOVE, Span
 from retrieval.analysis.strategy import Preset
-from retrieval.cache import ByteLRU
 from retrieval.models import (
     ADDABLE_SOURCES,
-    ANSWERS_QUESTION,
-    EXPANSION_SOURCES,
     Candidate,
     Fused,
-    Fusion,
-    Hop,
-    Norm,
     Relevance,
     ScoredResult,
     Source,
     TimeRange,
     WindowMode,
 )
-from retrieval.rank.highlight import clean, focus_all, weighted_coverage
+from retrieval.rank.expansion import Expanded, expand
+from retrieval.rank.fusion import fuse_first_wave
+from retrieval.rank.lexical import (
+    blend_lex,
+    char_bigrams,
+    highlights,
+    jaccard,
+    lex_inputs,
+    lex_signal,
+)
+from retrieval.rank.window import NEAR_WINDOW_FLOOR, near_window, recency_factor
 
 _SCORE_NAMES = {
     Source.VECTOR: "cos",
@@ -39,122 +44,6 @@ _SCORE_NAMES = {
     Source.THREAD: "from seed",
     Source.VECTOR_GLOBAL: "cos, older",
 }
-
-
-# --- Expansion: how much what a hop reached counts (the hop sources only fetch it). ---
-
-# How much of a memory's own fused score still counts when a chain stands for it.
-OWN_SHARE = 0.25
-
-# How closely a hop's kind ties the memory to its seed: a reply is the next turn of the seed's
-# exchange; a shared topic says less. Kinds not named (a thread, a shared name) count 1: their
-# source's weight (Preset.expansion) says how much they count.
-HOP_KIND_WEIGHTS = {"reply_to": 1.0, "continuation": 0.9, "caused_by": 0.8, "same_topic": 0.7}
-
-# A chain that answers (the hop gives the asked date or sum where its seed does not, or replies
-# to the question its seed asks) counts for at most this multiple of the seed's share of the
-# query: a reply that adds the project's name to the seed's deadline counts for more.
-MAX_HOP_GAIN = 2.0
-
-# A shared name is a bridge only where the memory supplies what the seed misses of the query
-# (the deadline of the project the meeting named); a memory that adds less than this share of
-# the query's IDF mass is a neighbour, not an answer, and is not added.
-MIN_ENTITY_ADDED = 0.1
-
-
-def answers(hop: Hop) -> bool:
-    """Whether the chain seed -> memory answers the question, the seed only leading there: the
-    memory gives the kind of answer asked (a date, a sum) and the seed none, or the memory
-    replies to the question the seed asks. That is evidence, not adjacency."""
-    return hop.gives_answer or hop.kind == ANSWERS_QUESTION
-
-
-def hop_score(
-    own: float, seed: float, rank: float, hop: Hop, weight: float, preset: Preset
-) -> float:
-    """What a memory reached by a hop scores, from its own fused score (0 when no first-wave
-    source found it), its seed's fused score, and the seed's standing among the seeds (`rank`:
-    1 for the best, sharpened below it: orchestrator.choose_seeds), which is the candidate's
-    score as its hop source gave it.
-
-    A chain that answers stands for the memory: `answer_weight` times the standing of its seed
-    on the scale of the best fused score (times what the memory adds of the query, at most
-    MAX_HOP_GAIN), when that beats the memory's own, which still orders such chains — the
-    deadline the best seed's project names comes first. Any other hop is adjacency: it adds a
-    bounded credit, at most `hop_credit` times the seed's own score, to what the memory scores
-    by itself — a neighbour that shares nothing with the question never outranks its seed (and
-    expand() keeps none that no first-wave source found as a result, unless the caller named
-    its seed), and a turn that matches the question and sits beside the best match gains a
-    little."""
-    if answers(hop):
-        chain = preset.answer_weight * rank * min(hop.gain, MAX_HOP_GAIN)
-        return chain + OWN_SHARE * own if chain > own else own
-    return own + preset.hop_credit * weight * HOP_KIND_WEIGHTS.get(hop.kind, 1.0) * seed
-
-
-@dataclass(frozen=True)
-class Expanded:
-    """What expansion added: per candidate, how it was reached, and the chain's text (seed
-    and memory together) where an answering chain, not the memory alone, gives its score."""
-
-    vias: dict[int, list[str]]
-    chain_text: dict[int, str]
-    # Memories a chain reached that answer the question (`answers`).
-    answering: frozenset[int] = frozenset()
-
-
-def expand(
-    fused: dict[int, Fused],
-    per_source: Mapping[Source, Sequence[Candidate]],
-    preset: Preset,
-    named: frozenset[str] = frozenset(),
-) -> tuple[dict[int, Fused], Expanded]:
-    """Add what the expansion sources reached, each memory scored by its best hop (hop_score)
-    from its seed's fused score; a seed the caller named (`named`) and no source found counts
-    as the best fused score.
-
-    Adjacency alone makes no result: a memory no first-wave source found, reached by a hop that
-    does not answer from a seed the caller did not name, is context of its seed (returned with
-    it: options.context_window), not a competitor of the memories that match the question."""
-    out = dict(fused)
-    top = max((f.score for f in fused.values()), default=1.0)
-    seed_score = {f.candidate.external_id: f.score for f in fused.values()}
-    best: dict[int, tuple[float, Candidate]] = {}
-    vias: dict[int, list[str]] = {}
-    answering: set[int] = set()
-    for source in EXPANSION_SOURCES:
-        w = preset.expansion.get(source, 0.0)
-        if w <= 0:
-            continue
-        for c in per_source.get(source, ()):
-            hop = c.hop
-            if hop is None:
-                continue
-            if source == Source.ENTITY and not answers(hop) and hop.added < MIN_ENTITY_ADDED:
-                continue
-            own = fused[c.id].score if c.id in fused else 0.0
-            if c.id not in fused and not answers(hop) and hop.seed not in named:
-                continue
-            seed = seed_score.get(hop.seed, top)
-            score = hop_score(own, seed, c.score * top, hop, w, preset)
-            if answers(hop):
-                answering.add(c.id)
-            f = out.get(c.id) or Fused(c, {}, 0.0)
-            out[c.id] = replace(f, signals={**f.signals, source.value: c.score})
-            if c.id not in best or score > best[c.id][0]:
-                best[c.id] = (score, c)
-            if c.via:
-                vias.setdefault(c.id, []).append(c.via)
-    chain_text: dict[int, str] = {}
-    for cid, (b, c) in best.items():
-        f = out[cid]
-        if b > f.score:
-            out[cid] = Fused(f.candidate, {**f.signals, "expansion": b}, b)
-            if c.hop is not None and answers(c.hop) and c.hop.seed_text:
-                chain_text[cid] = (
-                    c.hop.seed_text + "\n" + (f.candidate.title or "") + f.candidate.content
-                )
-    return out, Expanded(vias, chain_text, frozenset(answering))
 
 
 def admit(
@@ -222,226 +111,6 @@ def diversify(
         else:
             rest.append(r)
     return (first + rest)[:limit]
-
-
-def minmax(scores: Sequence[float]) -> list[float]:
-    """Scale to [0, 1]; a list of equal scores (or a single one) maps to 1.0."""
-    if not scores:
-        return []
-    lo, hi = min(scores), max(scores)
-    if hi - lo < 1e-12:
-        return [1.0] * len(scores)
-    return [(s - lo) / (hi - lo) for s in scores]
-
-
-def maxnorm(scores: Sequence[float]) -> list[float]:
-    """Divide by the best score: a flat list stays flat (min-max would stretch a tiny gap to 1)."""
-    if not scores:
-        return []
-    hi = max(scores)
-    return [s / hi if hi > 0 else 0.0 for s in scores]
-
-
-NORMALISERS = {Norm.MINMAX: minmax, Norm.MAX: maxnorm}
-
-
-def fuse_weighted(
-    per_source: Mapping[Source, Sequence[Candidate]],
-    weights: Mapping[Source, float],
-    norms: Mapping[Source, Norm] | None = None,
-) -> dict[int, Fused]:
-    """Normalise per source (min-max unless told), then the weighted sum."""
-    out: dict[int, Fused] = {}
-    total_w = sum(weights.get(s, 0.0) for s in per_source if per_source[s]) or 1.0
-    for source, cands in per_source.items():
-        w = weights.get(source, 0.0)
-        norm = NORMALISERS[(norms or {}).get(source, Norm.MINMAX)]
-        for c, n in zip(cands, norm([c.score for c in cands]), strict=True):
-            f = out.get(c.id) or Fused(c, {}, 0.0)
-            signals = {**f.signals, source.value: c.score, f"{source.value}_norm": n}
-            out[c.id] = Fused(f.candidate, signals, f.score + w * n / total_w)
-    return out
-
-
-def rrf(
-    per_source: Mapping[Source, Sequence[Candidate]],
-    weights: Mapping[Source, float],
-    *,
-    k: int = 60,
-) -> dict[int, Fused]:
-    """Reciprocal rank fusion: sum of w / (k + rank), ranks from 1."""
-    out: dict[int, Fused] = {}
-    for source, cands in per_source.items():
-        w = weights.get(source, 1.0)
-        ranked = sorted(cands, key=lambda c: c.score, reverse=True)
-        for rank, c in enumerate(ranked, start=1):
-            f = out.get(c.id) or Fused(c, {}, 0.0)
-            signals = {**f.signals, source.value: c.score, f"{source.value}_rank": float(rank)}
-            out[c.id] = Fused(f.candidate, signals, f.score + w / (k + rank))
-    return out
-
-
-def char_ngrams(text: str, n: int = 2) -> set[str]:
-    t = clean(text)
-    return {t[i : i + n] for i in range(len(t) - n + 1)} if len(t) >= n else ({t} if t else set())
-
-
-# Candidates repeat across queries; a cache saves most of the n-gram work. It is bounded by
-# bytes (about 110 per n-gram: set slot and string object): one 100k-character memory alone
-# makes ~100k n-grams, ~11 MB. Keyed by the memory as well as the text: no entry serves two
-# tenants (one's timing would tell that the other holds the same text).
-NGRAM_CACHE_BYTES = 64 * 1024 * 1024
-_NGRAMS: ByteLRU[frozenset[str]] = ByteLRU(NGRAM_CACHE_BYTES, lambda _k, v: 200 + 110 * len(v))
-
-
-def doc_ngrams(text: str, n: int, owner: Hashable) -> frozenset[str]:
-    """The character n-grams of a memory's text, cached under (owner, text, n): `owner` is the
-    memory (its id)."""
-    return _NGRAMS.get_or_compute((owner, text, n), lambda: frozenset(char_ngrams(text, n)))
-
-
-def lexical_overlap(
-    query: str, docs: Mapping[int, str], n: int = 2, cleaned: Mapping[int, str] | None = None
-) -> dict[int, float]:
-    """Character n-gram coverage of the query by each document, weighted by how rare each
-    n-gram is among these documents (ref-llmless-hybrid-rerank's `lex`, made IDF-aware).
-
-    Needs no tokenizer, so it catches what segmentation splits differently in query and text.
-    A document given in `cleaned` (already as n-grams read it, retrieval.rank.highlight
-    .clean) is tested by substring instead of through its n-gram set: a long memory's
-    highlight, which changes with the query.
-    """
-    q = char_ngrams(query, n)
-    if not q or not docs:
-        return {k: 0.0 for k in docs}
-    pre = cleaned or {}
-    grams = {
-        k: set(filter(pre[k].__contains__, q)) if k in pre else doc_ngrams(v, n, k) & q
-        for k, v in docs.items()
-    }
-    return weighted_coverage(grams, q)
-
-
-def lex_signal(
-    query: str,
-    texts: Mapping[int, str],
-    cleaned: Mapping[int, str],
-    preset: Preset,
-) -> dict[int, float]:
-    """The preset's character n-gram signal per text (its first LEX_MAX_CHARS, or its cleaned
-    form where given); {} when the preset uses none."""
-    if preset.lex_weight <= 0 or not query or not texts:
-        return {}
-    return lexical_overlap(
-        query, {k: v[:LEX_MAX_CHARS] for k, v in texts.items()}, preset.lex_n, cleaned
-    )
-
-
-def highlights(
-    query: str, cands: Sequence[Candidate], per_source: Mapping[Source, Sequence[Candidate]]
-) -> dict[int, tuple[Span, str]]:
-    """Each candidate's highlight (retrieval.rank.highlight) and its cleaned text: the
-    passage that covers most of the query's character bigrams, helped by the passages the
-    vector leg found in it."""
-    found: dict[int, list[tuple[int, int, float]]] = {}
-    for got in per_source.values():
-        for c in got:
-            if c.passages:
-                found.setdefault(c.id, []).extend(c.passages)
-    q = tuple(char_ngrams(query, 2))
-    floor = min((x for got in found.values() for _, _, x in got), default=0.0)
-    spans = focus_all(
-        [(c.content, found.get(c.id, ())) for c in cands], q, floor, memories=[c.id for c in cands]
-    )
-    return {c.id: span for c, span in zip(cands, spans, strict=True)}
-
-
-def lex_inputs(
-    cands: Sequence[Candidate],
-    spans: Mapping[int, tuple[Span, str]],
-    chain_text: Mapping[int, str] | None = None,
-) -> tuple[dict[int, str], dict[int, str]]:
-    """What the n-gram signal reads of each candidate, and the cleaned form of those that have
-    one: an answering chain's text where expansion made one; a memory with passages (longer
-    than SPLIT_ABOVE), its title and highlight (`spans`, from highlights()); any other, its
-    title and all of it."""
-    texts: dict[int, str] = {}
-    cleaned: dict[int, str] = {}
-    for c in cands:
-        chain = (chain_text or {}).get(c.id)
-        if chain:
-            texts[c.id] = chain
-        elif len(c.content) > SPLIT_ABOVE:
-            span, text = spans[c.id]
-            texts[c.id] = (c.title or "") + c.content[span.start : span.end]
-            cleaned[c.id] = clean(c.title or "") + text
-        else:
-            texts[c.id] = (c.title or "") + c.content
-    return texts, cleaned
-
-
-def blend_lex(score: float, lex: float, preset: Preset) -> float:
-    """A fused score with the n-gram signal mixed in at the preset's weight."""
-    return (1 - preset.lex_weight) * score + preset.lex_weight * lex
-
-
-def recency_factor(
-    created_at: datetime, now: datetime, *, half_life_days: float, weight: float
-) -> float:
-    """1 - weight + weight * 0.5 ** (age / half-life): at most `weight` of a score decays away."""
-    if weight <= 0:
-        return 1.0
-    age_days = max((now - created_at).total_seconds() / 86400.0, 0.0)
-    return 1.0 - weight + weight * math.pow(0.5, age_days / half_life_days)
-
-
-def near_window(created_at: datetime, window: TimeRange | None) -> float:
-    """For a fuzzy window (先週頃): 0 inside the core, else how far into the soft edge a
-    memory lies (0-1], or -1 outside both."""
-    if window is None or in_window(created_at, window):
-        return 0.0
-    outer = TimeRange(window.outer_start, window.outer_end)
-    if not window.fuzzy or not in_window(created_at, outer):
-        return -1.0
-    if window.start is not None and created_at < window.start and window.outer_start is not None:
-        edge, width = window.start - created_at, window.start - window.outer_start
-    elif window.end is not None and window.outer_end is not None:
-        edge, width = created_at - window.end, window.outer_end - window.end
-    else:
-        return -1.0
-    return max(edge / width, 1e-6) if width.total_seconds() > 0 else -1.0
-
-
-# The n-gram signal reads at most this many characters of a memory: a 100k-character memory
-# holds nearly every common n-gram anyway, and its n-grams cost ~44 ms to make and ~7 MB to
-# cache (the cache would hold a handful). Every passage of the shared corpora is shorter.
-LEX_MAX_CHARS = 4000
-
-# A memory at the far end of a fuzzy window's soft edge keeps this share of its score.
-NEAR_WINDOW_FLOOR = 0.5
-
-
-def in_window(created_at: datetime, window: TimeRange | None) -> bool:
-    if window is None:
-        return True
-    if window.start is not None and created_at < window.start:
-        return False
-    return not (window.end is not None and created_at >= window.end)
-
-
-def char_bigrams(text: str, owner: Hashable) -> frozenset[str]:
-    """The character bigrams of a text without its white space, cached with the n-grams under
-    (owner, text): `owner` is the memory (its id), as in doc_ngrams()."""
-
-    def make() -> frozenset[str]:
-        t = "".join(text.split())
-        return frozenset({t[i : i + 2] for i in range(len(t) - 1)} or {t})
-
-    return _NGRAMS.get_or_compute((owner, text, 0), make)
-
-
-def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    return len(a & b) / len(a | b) if a or b else 1.0
 
 
 def dedupe(
@@ -518,19 +187,6 @@ def explain(
     return text
 
 
-def fuse_first_wave(
-    per_source: Mapping[Source, Sequence[Candidate]], preset: Preset
-) -> dict[int, Fused]:
-    """Fuse the first-wave sources (weighted or RRF; RRF scaled to [0, 1] so that thresholds
-    mean the same thing); expansion sources are added by `expand`."""
-    first = {s: c for s, c in per_source.items() if s not in EXPANSION_SOURCES}
-    if preset.fusion == Fusion.RRF:
-        fused = rrf(first, preset.weights, k=preset.rrf_k)
-        best = max((f.score for f in fused.values()), default=1.0) or 1.0
-        return {k: replace(f, score=f.score / best) for k, f in fused.items()}
-    return fuse_weighted(first, preset.weights, preset.norms)
-
-
 def rerank(
     per_source: Mapping[Source, Sequence[Candidate]],
     preset: Preset,
@@ -542,7 +198,7 @@ def rerank(
     diversify_by: str | None = None,
     per_bucket: int = 0,
     named_seeds: tuple[str, ...] = (),
-) -> tuple[list[ScoredResult], dict[str, int]]:
+) -> tuple[list[ScoredResult], int]:
     """Fuse, add what expansion reached, admit the top `rerank_top` by quotas (window first),
     add the character n-gram signal, decay by age, dedupe, threshold, diversify, label and
     explain. `named_seeds`: the memories the caller named as the conversation's (what
@@ -585,13 +241,7 @@ def rerank(
     final = [
         _label(r, preset, window if first else None, *meta[r.candidate.id], expanded) for r in kept
     ]
-    counts = {
-        "before": before,
-        "considered": len(top),
-        "duplicates": len(dropped),
-        "after": len(final[:limit]),
-    }
-    return final[:limit], counts
+    return final[:limit], before
 
 
 def _score(

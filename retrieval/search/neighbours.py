@@ -10,9 +10,6 @@ import asyncpg
 
 from retrieval.models import ContextMemory
 
-# The most memories on each side of a result a caller may ask for (options.context_window).
-MAX_CONTEXT_WINDOW = 5
-
 _LIVE = """x.namespace = $1 AND NOT x.is_archived AND x.searchable
       AND (x.expires_at IS NULL OR x.expires_at > now())"""
 _CTX_COLS = "x.id, x.external_id, x.content, x.title, x.memory_type, x.created_at"
@@ -95,4 +92,4 @@ async def surrounding(
     return dict(out)
 
 
-__all__ = ["CONTEXT_SQL", "MAX_CONTEXT_WINDOW", "surrounding"]
+__all__ = ["CONTEXT_SQL", "surrounding"]

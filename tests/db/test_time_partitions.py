@@ -184,7 +184,7 @@ async def test_a_window_reads_only_its_weeks(rt, ns):
             for i in range(0, 21, 3)
         ],
     )
-    from retrieval.search.legs import WINDOW_VECTOR_SQL
+    from retrieval.search.vector import WINDOW_VECTOR_SQL
 
     vec = rt.embedder.embed_query("日記")
     async with rt.pool.acquire() as conn:
@@ -226,8 +226,9 @@ def _relations(node) -> set[str]:
 async def test_window_search_matches_exact_search(rt, ns, monkeypatch):
     """Past EXACT_WINDOW_MAX the window is searched over its weeks' graphs; on a few hundred
     memories across four weeks that must give the exact nearest, in order."""
-    import retrieval.search.legs as src
+    import retrieval.search.vector as src
     from retrieval.models import Filters, TimeRange
+    from retrieval.search.run import Given, SearchRun
 
     topics = [
         "ジムで筋トレ",
@@ -254,16 +255,15 @@ async def test_window_search_matches_exact_search(rt, ns, monkeypatch):
     monkeypatch.setattr(src, "EXACT_WINDOW_MAX", 10)
     for query in ("ジムでのトレーニング", "料理", "本を読む会"):
         vec = rt.embedder.embed_query(query)
-        ctx = src.SearchContext(
+        run = SearchRun(
             pool=rt.pool,
             intent=rt.analyzer.analyze(query),
-            vectors=[vec],
             filters=Filters(namespace=ns),
             k=10,
             window=window,
         )
-        got = [c.external_id for c in await src.temporal(ctx)]
-        assert ctx.debug["temporal_exact"] is False
+        assert src.window_sql(11) is src.WINDOW_VECTOR_SQL  # the graphs, not exact distances
+        got = [c.external_id for c in await src.temporal(run, Given(vectors=(vec,)))]
         async with rt.pool.acquire() as conn:
             exact = await conn.fetch(
                 src.EXACT_VECTOR_SQL, ns, [], [], window.start, window.end, vec, 10

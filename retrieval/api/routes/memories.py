@@ -18,7 +18,6 @@ from retrieval.api.schemas import (
     QUEUED,
     FeedbackIn,
     MemoriesIn,
-    check_limits,
 )
 from retrieval.errors import NotFound
 from retrieval.ingest.write import (
@@ -29,7 +28,13 @@ from retrieval.ingest.write import (
     stored_texts,
     to_embed,
 )
-from retrieval.validation import MAX_NAMESPACE_CHARS, NAMESPACE_PATTERN, check_id
+from retrieval.validation import (
+    MAX_NAMESPACE_CHARS,
+    NAMESPACE_PATTERN,
+    RequestLimits,
+    check_batch,
+    check_id,
+)
 from retrieval_client.models import ArchivedOut, FeedbackOut, IngestOut, JobOut, MemoryOut
 
 router = APIRouter(tags=["memories"])
@@ -55,7 +60,7 @@ async def add_memories(body: MemoriesIn, rt: RuntimeDep, scope: ScopeDep) -> Any
     RETRIEVAL_INLINE_EMBED_S here; else stored as a job and answered 202 (see GET /v1/jobs).
     The write deadline bounds the database transaction, not the embedding."""
     check_scope(scope, body.namespace)
-    check_limits(rt.settings, body)
+    check_batch([it.id for it in body.memories], RequestLimits.of(rt.settings))
     items, namespace = body.memories, body.namespace
     timeout = rt.settings.write_timeout_s
     ids = assign_ids(items)

@@ -13,7 +13,6 @@ from retrieval.api.schemas import (
     OVER_SHARE,
     UUID_PATTERN,
     RetrieveRequest,
-    check_limits,
 )
 from retrieval.errors import NotFound
 from retrieval.models import RetrievalOptions, Source, TimeRange
@@ -26,7 +25,6 @@ router = APIRouter(tags=["retrieval"])
 async def retrieve(body: RetrieveRequest, rt: RuntimeDep, scope: ScopeDep) -> RetrieveResponse:
     """Find the memories that answer `query`, best first, each with a reason."""
     check_scope(scope, body.namespace)
-    check_limits(rt.settings, body)
     o = body.options
     tr = o.time_range
     opts = RetrievalOptions(

@@ -1,0 +1,137 @@
+"""The character n-gram signal (ref-llmless-hybrid-rerank's `lex`, IDF-aware): how much of the
+query's character n-grams a candidate holds, read where it answers (a long memory's
+highlight), blended into the fused score; and the bigram sets the near-duplicate test compares."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+
+from retrieval.analysis.passages import SPLIT_ABOVE, Span
+from retrieval.analysis.strategy import Preset
+from retrieval.cache import ByteLRU
+from retrieval.models import Candidate, Source
+from retrieval.rank.highlight import clean, focus_all, weighted_coverage
+
+# The n-gram signal reads at most this many characters of a memory: a 100k-character memory
+# holds nearly every common n-gram anyway, and its n-grams cost ~44 ms to make and ~7 MB to
+# cache (the cache would hold a handful). Every passage of the shared corpora is shorter.
+LEX_MAX_CHARS = 4000
+
+
+def char_ngrams(text: str, n: int = 2) -> set[str]:
+    t = clean(text)
+    return {t[i : i + n] for i in range(len(t) - n + 1)} if len(t) >= n else ({t} if t else set())
+
+
+# Candidates repeat across queries; a cache saves most of the n-gram work. It is bounded by
+# bytes (about 110 per n-gram: set slot and string object): one 100k-character memory alone
+# makes ~100k n-grams, ~11 MB. Keyed by the memory as well as the text: no entry serves two
+# tenants (one's timing would tell that the other holds the same text).
+NGRAM_CACHE_BYTES = 64 * 1024 * 1024
+_NGRAMS: ByteLRU[frozenset[str]] = ByteLRU(NGRAM_CACHE_BYTES, lambda _k, v: 200 + 110 * len(v))
+
+
+def doc_ngrams(text: str, n: int, owner: Hashable) -> frozenset[str]:
+    """The character n-grams of a memory's text, cached under (owner, text, n): `owner` is the
+    memory (its id)."""
+    return _NGRAMS.get_or_compute((owner, text, n), lambda: frozenset(char_ngrams(text, n)))
+
+
+def lexical_overlap(
+    query: str, docs: Mapping[int, str], n: int = 2, cleaned: Mapping[int, str] | None = None
+) -> dict[int, float]:
+    """Character n-gram coverage of the query by each document, weighted by how rare each
+    n-gram is among these documents (ref-llmless-hybrid-rerank's `lex`, made IDF-aware).
+
+    Needs no tokenizer, so it catches what segmentation splits differently in query and text.
+    A document given in `cleaned` (already as n-grams read it, retrieval.rank.highlight
+    .clean) is tested by substring instead of through its n-gram set: a long memory's
+    highlight, which changes with the query.
+    """
+    q = char_ngrams(query, n)
+    if not q or not docs:
+        return {k: 0.0 for k in docs}
+    pre = cleaned or {}
+    grams = {
+        k: set(filter(pre[k].__contains__, q)) if k in pre else doc_ngrams(v, n, k) & q
+        for k, v in docs.items()
+    }
+    return weighted_coverage(grams, q)
+
+
+def lex_signal(
+    query: str,
+    texts: Mapping[int, str],
+    cleaned: Mapping[int, str],
+    preset: Preset,
+) -> dict[int, float]:
+    """The preset's character n-gram signal per text (its first LEX_MAX_CHARS, or its cleaned
+    form where given); {} when the preset uses none."""
+    if preset.lex_weight <= 0 or not query or not texts:
+        return {}
+    return lexical_overlap(
+        query, {k: v[:LEX_MAX_CHARS] for k, v in texts.items()}, preset.lex_n, cleaned
+    )
+
+
+def highlights(
+    query: str, cands: Sequence[Candidate], per_source: Mapping[Source, Sequence[Candidate]]
+) -> dict[int, tuple[Span, str]]:
+    """Each candidate's highlight (retrieval.rank.highlight) and its cleaned text: the
+    passage that covers most of the query's character bigrams, helped by the passages the
+    vector leg found in it."""
+    found: dict[int, list[tuple[int, int, float]]] = {}
+    for got in per_source.values():
+        for c in got:
+            if c.passages:
+                found.setdefault(c.id, []).extend(c.passages)
+    q = tuple(char_ngrams(query, 2))
+    floor = min((x for got in found.values() for _, _, x in got), default=0.0)
+    spans = focus_all(
+        [(c.content, found.get(c.id, ())) for c in cands], q, floor, memories=[c.id for c in cands]
+    )
+    return {c.id: span for c, span in zip(cands, spans, strict=True)}
+
+
+def lex_inputs(
+    cands: Sequence[Candidate],
+    spans: Mapping[int, tuple[Span, str]],
+    chain_text: Mapping[int, str] | None = None,
+) -> tuple[dict[int, str], dict[int, str]]:
+    """What the n-gram signal reads of each candidate, and the cleaned form of those that have
+    one: an answering chain's text where expansion made one; a memory with passages (longer
+    than SPLIT_ABOVE), its title and highlight (`spans`, from highlights()); any other, its
+    title and all of it."""
+    texts: dict[int, str] = {}
+    cleaned: dict[int, str] = {}
+    for c in cands:
+        chain = (chain_text or {}).get(c.id)
+        if chain:
+            texts[c.id] = chain
+        elif len(c.content) > SPLIT_ABOVE:
+            span, text = spans[c.id]
+            texts[c.id] = (c.title or "") + c.content[span.start : span.end]
+            cleaned[c.id] = clean(c.title or "") + text
+        else:
+            texts[c.id] = (c.title or "") + c.content
+    return texts, cleaned
+
+
+def blend_lex(score: float, lex: float, preset: Preset) -> float:
+    """A fused score with the n-gram signal mixed in at the preset's weight."""
+    return (1 - preset.lex_weight) * score + preset.lex_weight * lex
+
+
+def char_bigrams(text: str, owner: Hashable) -> frozenset[str]:
+    """The character bigrams of a text without its white space, cached with the n-grams under
+    (owner, text): `owner` is the memory (its id), as in doc_ngrams()."""
+
+    def make() -> frozenset[str]:
+        t = "".join(text.split())
+        return frozenset({t[i : i + 2] for i in range(len(t) - 1)} or {t})
+
+    return _NGRAMS.get_or_compute((owner, text, 0), make)
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 1.0

@@ -1,0 +1,85 @@
+"""The keyword leg: BM25 over the Sudachi terms of the query's keywords, from impact-ordered
+postings, with document frequencies and lengths kept by the database."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from retrieval.models import Candidate, Source
+from retrieval.search.run import COLS, WHERE, Given, SearchRun, Skip, found, leg_connection
+
+# Returns document frequency and IDF of the query's lexemes, with the namespace's average length.
+TERM_STATS_SQL = """
+SELECT l.lexeme AS term, d.df, s.doc_count,
+       ln(1 + (s.doc_count - d.df + 0.5) / (d.df + 0.5)) AS idf,
+       greatest(s.total_tokens::float8 / nullif(s.doc_count, 0), 1) AS avgdl
+FROM unnest(to_tsvector('simple', $2)) AS l
+JOIN term_df d ON d.namespace = $1 AND d.term = l.lexeme AND d.df > 0
+JOIN namespace_stats s ON s.namespace = $1"""
+
+# Returns the k best live memories by BM25 over the Japanese token column. Per query term, its
+# $10 highest-impact postings (all of them for a rarer term: exact BM25 there); IDF and average
+# length from term_df/namespace_stats; the filters are checked best score first (equal scores by
+# row id, so that which of them make the k does not change with the plan). Terms arrive as an
+# array parameter, so user text never reaches SQL or tsquery syntax.
+KEYWORD_SQL = f"""
+WITH q AS (SELECT * FROM unnest($6::text[], $7::float8[]) AS q(term, idf)),
+hits AS (
+  SELECT p.memory_id,
+         sum(q.idf * (p.tf * ($8::float8 + 1))
+             / (p.tf + $8::float8 * (1 - $9::float8 + $9::float8 * p.dl / $11::float8))) AS score
+  FROM q CROSS JOIN LATERAL (
+    SELECT p.memory_id, p.tf, p.dl FROM postings p
+    WHERE p.namespace = $1 AND p.term = q.term
+    ORDER BY p.impact DESC LIMIT $10) AS p
+  GROUP BY p.memory_id)
+SELECT {COLS}, h.score
+FROM (SELECT * FROM hits ORDER BY score DESC, memory_id) AS h
+CROSS JOIN LATERAL (SELECT m.*, m.xmin FROM memories m WHERE m.id = h.memory_id AND {WHERE}) AS m
+ORDER BY h.score DESC, h.memory_id LIMIT $12"""
+
+# Postings read per query term, best impact first. A term in more memories than this is common
+# (IDF low): only its strongest postings count. Measured: 2,000 keeps JSQuAD's MRR (13.4k
+# passages) and bounds the leg at 1M memories (docs/benchmarks.md).
+POSTINGS_PER_TERM = 2000
+
+# BM25's term-frequency saturation and length normalisation (the usual values).
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+# The keyword leg scores at most this many of a query's terms (the rarest): its postings read
+# grew with every distinct term of a query of up to 2,000 characters. Every question of the dev
+# sets has fewer.
+MAX_QUERY_TERMS = 32
+
+
+async def query_terms(run: SearchRun, conn: asyncpg.Connection) -> list[asyncpg.Record]:
+    """The query's keyword terms this namespace holds (term, idf, avgdl), the rarest
+    MAX_QUERY_TERMS of them: the rarest carry the score, the rest would only grow the postings
+    read."""
+    text = " ".join(run.intent.keywords)
+    stats = await conn.fetch(TERM_STATS_SQL, run.filters.namespace, text, timeout=run.timeout_s)
+    return sorted(stats, key=lambda r: float(r["idf"]), reverse=True)[:MAX_QUERY_TERMS]
+
+
+async def keyword(run: SearchRun, given: Given) -> list[Candidate]:
+    """BM25 over the Sudachi tokens of any of the query's keywords, from impact-ordered postings."""
+    if not run.intent.keywords:
+        raise Skip("the query has no keywords")
+    async with leg_connection(run) as conn:
+        stats = await query_terms(run, conn)
+        if not stats:
+            return []
+        rows = await conn.fetch(
+            KEYWORD_SQL,
+            *run.where_args(),
+            [r["term"] for r in stats],
+            [float(r["idf"]) for r in stats],
+            BM25_K1,
+            BM25_B,
+            POSTINGS_PER_TERM,
+            float(stats[0]["avgdl"]),
+            run.k,
+            timeout=run.timeout_s,
+        )
+        return await found(run, conn, rows, Source.KEYWORD)
