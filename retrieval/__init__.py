@@ -19,7 +19,8 @@ from retrieval.errors import (
     RetrievalError,
     StoreUnavailable,
 )
-from retrieval.ingest.write import IngestReport, MemoryIn, ingest
+from retrieval.ingest.items import MemoryIn
+from retrieval.ingest.write import IngestReport, ingest
 from retrieval.models import (
     QueryIntent,
     QueryType,

@@ -4,7 +4,8 @@ assembler, not competitors in the ranking."""
 from datetime import UTC, datetime, timedelta
 
 from db.store import ARCHIVE_MEMORY
-from retrieval.ingest.write import ingest, parse_items
+from retrieval.ingest.items import parse_items
+from retrieval.ingest.write import ingest
 from retrieval.models import RetrievalOptions
 
 T0 = datetime(2026, 5, 8, 13, 56, tzinfo=UTC)

@@ -151,8 +151,8 @@ def test_long_work_runs_at_background_priority():
     import os
     import threading
 
+    from retrieval.embedding.documents import _WRITE_EMBEDDING
     from retrieval.embedding.query import QueryEmbeddings
-    from retrieval.ingest.write import _WRITE_EMBEDDING
     from tests.fakes import FakeEmbedder
 
     def nice() -> int:

@@ -7,7 +7,8 @@ import pytest
 
 from retrieval.analysis.nlp import memory_entities, question_focus
 from retrieval.analysis.strategy import HYBRID
-from retrieval.ingest.write import ingest, parse_items
+from retrieval.ingest.items import parse_items
+from retrieval.ingest.write import ingest
 from retrieval.models import Candidate, Fused, Hop, RetrievalOptions, ScoredResult, Source
 from retrieval.rank.expansion import expand
 from retrieval.rank.rerank import admit, diversify

@@ -74,7 +74,8 @@ async def own_db(tmp_path_factory, nlp, embedder):
         run_retention_days=0,
     )
     rt = await open_runtime(s, embedder=embedder, nlp=nlp)
-    from retrieval.ingest.write import ingest, parse_items
+    from retrieval.ingest.items import parse_items
+    from retrieval.ingest.write import ingest
 
     await ingest(
         rt.pool,

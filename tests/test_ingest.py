@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from retrieval.errors import InvalidInput
-from retrieval.ingest.write import check_precomputed, parse_items, read_jsonl
+from retrieval.ingest.items import parse_items, scan_jsonl
+from retrieval.ingest.vectors import check_precomputed
 from retrieval.models import Strategy
 from tests.helpers import ids_of as _ids
 from tests.helpers import ingest_items as _ingest
@@ -73,7 +74,7 @@ async def test_bad_file_is_rejected_whole_with_line_numbers(rt, ns, tmp_path):
         ],
     )
     with pytest.raises(InvalidInput) as err:
-        read_jsonl(f)
+        scan_jsonl(f)
     lines = {(e["line"], e["field"]) for e in err.value.errors}
     assert {(2, "(json)"), (3, "content"), (4, "created_at"), (5, "id")} <= lines
     proc = subprocess.run(
@@ -155,7 +156,12 @@ async def test_concurrent_ingest_and_retrieve(rt, ns):
 
 
 def test_precomputed_vectors_file_errors_name_the_field(embedder, tmp_path):
-    from retrieval.ingest.write import load_precomputed
+    from retrieval.ingest.vectors import check_precomputed, open_vectors
+
+    def load_precomputed(path, items, embedder):
+        vectors = np.asarray(open_vectors(path, [it.id for it in items], embedder.dim), np.float32)
+        check_precomputed(embedder, items, vectors)
+        return vectors
 
     items = parse_items(
         [{"id": "a", "content": "呼吸のリズム"}, {"id": "b", "content": "カレーを作った"}]

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from retrieval.errors import EmbeddingError, Overloaded
+from retrieval.ingest.items import parse_items
 from retrieval.ingest.jobs import WriteJobs
-from retrieval.ingest.write import parse_items
 from retrieval.runtime import Runtime
 from tests.helpers import app_client
 

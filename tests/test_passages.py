@@ -19,7 +19,9 @@ from retrieval.analysis.passages import (
     sentences,
     split_passages,
 )
-from retrieval.ingest.write import embedding_load, mean_direction, parse_items
+from retrieval.embedding.texts import mean_direction
+from retrieval.ingest.items import parse_items
+from retrieval.ingest.write import embedding_load
 from retrieval.models import Highlight, RetrievalOptions, RetrievalResult
 from retrieval.rank.budget import fit
 from retrieval.rank.highlight import (

@@ -6,7 +6,8 @@ import logging
 from db import terms as db_terms
 from retrieval.analysis.nlp import TOKENIZER_VERSION
 from retrieval.cli import main
-from retrieval.ingest.write import ingest, parse_items
+from retrieval.ingest.items import parse_items
+from retrieval.ingest.write import ingest
 from retrieval.maintenance.retokenize import outdated, retokenize
 from retrieval.models import RetrievalOptions, Strategy
 

@@ -8,8 +8,10 @@ import numpy as np
 from pgvector import Vector
 
 from db.store import StoredTurn
-from retrieval.ingest.turns import CONTEXT_CHARS, batch_predecessors, context_text
-from retrieval.ingest.write import embedding_load, parse_items
+from retrieval.embedding.texts import PREDECESSOR_CHARS, turn_text
+from retrieval.ingest.items import parse_items
+from retrieval.ingest.turns import batch_predecessors
+from retrieval.ingest.write import embedding_load
 from retrieval.search.vector import EXACT_VECTOR_SQL, VECTOR_SQL
 from tests.helpers import ingest_items as _ingest
 
@@ -141,11 +143,11 @@ def test_turns_in_one_write_follow_by_time_then_position():
 
 def test_the_context_is_the_end_of_the_turn_before_and_the_cost_estimate_counts_it():
     long_before = StoredTurn("Title", "x" * 3000, datetime(2026, 1, 1, tzinfo=UTC))
-    text = context_text(long_before, "own words", 2000)
-    assert text.endswith("x\nown words") and len(text) == CONTEXT_CHARS + len("\nown words")
+    text = turn_text(long_before, "own words")
+    assert text.endswith("x\nown words") and len(text) == PREDECESSOR_CHARS + len("\nown words")
     assert (
-        context_text(long_before, "y" * 5000, 2000).endswith("y")
-        and len(context_text(long_before, "y" * 5000, 2000)) == 2000
+        turn_text(long_before, "y" * 5000).endswith("y")
+        and len(turn_text(long_before, "y" * 5000)) == 2000
     )
     items = parse_items([{"content": "a turn", "thread": "t"}, {"content": "a note"}])
     assert embedding_load(items, [0, 1]) == ["a turn", "a note", "a turn\na turn"]

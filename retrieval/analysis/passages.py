@@ -1,14 +1,13 @@
 """A long memory's passages: spans of its content on sentence boundaries, each embedded on its own
-so that every part of the memory can be found by meaning (issue #25).
+so that every part of the memory can be found by meaning.
 
 A memory whose content is at most SPLIT_ABOVE characters has no passages: its one vector (title
-and content, retrieval.ingest.write.embedding_text) already sees all of it, and its vector, scores and
-speed stay what they were. A longer one is cut into passages of about PASSAGE_CHARS characters,
-never more than PASSAGE_MAX_CHARS: sentences (Japanese 。！？, English . ! ? before a space, line
-breaks) are packed in order, a passage ends early at a paragraph break once it holds half its
-share, and a short last sentence is repeated at the start of the next passage (the overlap) so
-that a statement cut from its context is found with it. A sentence longer than a passage is cut
-at a comma or space, else at the limit.
+and content: the recipe, retrieval.embedding.texts) already sees all of it. A longer one is cut
+into passages of about PASSAGE_CHARS characters, never more than PASSAGE_MAX_CHARS: sentences
+(Japanese 。！？, English . ! ? before a space, line breaks) are packed in order, a passage ends
+early at a paragraph break once it holds half its share, and a short last sentence is repeated
+at the start of the next passage (the overlap) so that a statement cut from its context is found
+with it. A sentence longer than a passage is cut at a comma or space, else at the limit.
 """
 
 from __future__ import annotations
@@ -142,9 +141,3 @@ def pack(text: str) -> list[Span]:
         overlap = j > i and not last.para_end and last.size <= OVERLAP_MAX_CHARS
         i = j if overlap else j + 1
     return out
-
-
-def passage_embedding_text(title: str | None, content: str, span: Span) -> str:
-    """What a passage's vector is made from: the memory's title (its context) and the span."""
-    part = content[span.start : span.end]
-    return f"{title}\n{part}" if title else part

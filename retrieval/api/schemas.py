@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from retrieval.errors import InvalidInput
-from retrieval.ingest.write import MAX_ID_CHARS, MemoryIn
+from retrieval.ingest.items import MAX_ID_CHARS, MemoryIn
 from retrieval.models import Strategy
 from retrieval.settings import Settings
 from retrieval.validation import (

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 from retrieval.errors import InvalidInput
-from retrieval.ingest.write import MemoryIn, json_lines, parse_line
+from retrieval.ingest.items import MemoryIn, json_lines, parse_line
 from retrieval.validation import duplicate_ids
 
 

@@ -19,19 +19,14 @@ from typing import Any
 import numpy as np
 
 from db.meta import GET_HARNESS_KEY, HAS_MEMORIES, PUT_HARNESS_KEY
-from retrieval.analysis.passages import split_passages
+from retrieval.embedding.texts import recipe
 from retrieval.errors import RetrievalError, StoreUnavailable
 from retrieval.evaluation.data import EvalQuery, read_corpus, read_qrels, read_queries
 from retrieval.evaluation.embedding_cache import CachedEmbedder
+from retrieval.ingest.items import MemoryIn
 from retrieval.ingest.turns import may_follow
-from retrieval.ingest.write import (
-    MemoryIn,
-    Vectors,
-    check_precomputed,
-    embedding_text,
-    ingest,
-    open_vectors,
-)
+from retrieval.ingest.vectors import check_precomputed, open_vectors
+from retrieval.ingest.write import Vectors, ingest
 from retrieval.models import Highlight, RetrievalOptions, RetrievalResult, Strategy
 from retrieval.rank.budget import fit
 from retrieval.settings import Settings
@@ -189,23 +184,24 @@ def _reuse(
     embedder: Any, kept: dict[tuple[Any, ...], Any], namespace: str, items: list[MemoryIn]
 ) -> list[np.ndarray | None]:
     """The chunk's vectors: the stored one where the same memory was indexed before, the rest
-    embedded now (as ingest would). A turn that may follow another is left to ingest (None):
-    its vector depends on that turn too (retrieval.ingest.turns); so is a long memory, whose
-    vector is its passages' (retrieval.passages)."""
+    embedded now by the recipe (retrieval.embedding.texts). A turn that may follow another is
+    left to ingest (None): its vector depends on that turn too; so is a long memory, whose
+    vector is its passages'."""
     out: list[np.ndarray | None] = [None] * len(items)
-    missing = []
+    missing: list[tuple[int, str]] = []
     for i, it in enumerate(items):
-        if may_follow(it) or split_passages(it.content):
+        own = recipe(it.title, it.content).own
+        if may_follow(it) or own is None:
             continue
         v = kept.get((namespace, it.id, it.title, it.content))
         if v is None:
-            missing.append(i)
+            missing.append((i, own))
         else:
             out[i] = np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, np.float32)
     for start in range(0, len(missing), 32):
         part = missing[start : start + 32]
-        got = embedder.embed_passages([embedding_text(items[i]) for i in part])
-        for i, v in zip(part, got, strict=True):
+        got = embedder.embed_passages([text for _, text in part])
+        for (i, _), v in zip(part, got, strict=True):
             out[i] = v
     return out
 

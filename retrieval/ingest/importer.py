@@ -28,19 +28,10 @@ from db.errors import ImportInProgress
 from retrieval.analysis.nlp import TOKENIZER_VERSION, JapaneseNLP
 from retrieval.embedding.providers import Embedder
 from retrieval.errors import InvalidInput
-from retrieval.ingest.write import (
-    Analyser,
-    Analysis,
-    MemoryIn,
-    analyse_texts,
-    check_precomputed,
-    in_threads,
-    json_lines,
-    open_vectors,
-    parse_line,
-    prepare_rows,
-    scan_jsonl,
-)
+from retrieval.ingest.analyse import Analyser, Analysis, analyse_texts, in_threads
+from retrieval.ingest.items import MemoryIn, json_lines, parse_line, scan_jsonl
+from retrieval.ingest.vectors import check_precomputed, open_vectors
+from retrieval.ingest.write import prepare_rows
 from retrieval.validation import check_namespace
 
 logger = logging.getLogger(__name__)

@@ -32,7 +32,8 @@ from retrieval import metrics as m
 from retrieval.analysis.nlp import JapaneseNLP
 from retrieval.embedding.providers import Embedder, EmbedMeter
 from retrieval.errors import EmbeddingError, InvalidInput, Overloaded
-from retrieval.ingest.write import MemoryIn, ingest
+from retrieval.ingest.items import MemoryIn
+from retrieval.ingest.write import ingest
 from retrieval.replicas import ReadRouter
 
 logger = logging.getLogger(__name__)

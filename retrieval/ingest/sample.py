@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from retrieval.ingest.write import MemoryIn, ingest
+from retrieval.ingest.items import MemoryIn
+from retrieval.ingest.write import ingest
 
 if TYPE_CHECKING:
     from retrieval.runtime import Runtime

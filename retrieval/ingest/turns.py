@@ -1,13 +1,6 @@
-"""The turn a conversation turn follows, for its vector (issue #22).
-
-A turn alone often says little ("Yes, last Tuesday!", "近くのカフェに決まったよ。"): what it is
-about is in the turn it answers. A memory that answers another — a `reply_to` link, else the
-memory before it in its `thread` — is embedded twice, alone and after that turn, and stored as
-the mean of the two vectors; the vector legs rank by inner product (migration 0013), so its
-score is the mean of the two cosines and a memory without such a turn scores its plain cosine.
-Measured with e5-small alone on locomo_dev (581 questions, scripts in docs/benchmarks.md):
-recall@10 .525 → .618, MRR@10 .354 → .433; the turn after its predecessor alone gave .612 /
-.385, the larger of the two cosines .601 / .372, their normalised sum .554 / .359.
+"""The turn a conversation turn follows: what it replies to (a `reply_to` link), else the turn
+before it in its thread — in the same write or already stored. The recipe
+(retrieval.embedding.texts) embeds such a turn after it.
 
 The turn followed is the one stored (or in the same write) when the turn is written: a turn
 written later before it in its thread does not change its vector.
@@ -18,18 +11,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 import asyncpg
 
 from db import store
 from db.store import StoredTurn
-
-if TYPE_CHECKING:
-    from retrieval.ingest.write import MemoryIn
-
-# How much of the turn followed is embedded before a turn (its end: what was said last).
-CONTEXT_CHARS = 1000
+from retrieval.ingest.items import MemoryIn
 
 _LATEST = datetime.max.replace(tzinfo=UTC)
 
@@ -113,10 +100,3 @@ async def predecessors(
         elif theirs is not None:
             out[i] = theirs
     return out
-
-
-def context_text(before: StoredTurn, own: str, limit: int) -> str:
-    """The text a turn is embedded as after the turn it follows: the end of that turn, a line
-    break, then its own text (the whole cut at `limit` characters)."""
-    prev = f"{before.title}\n{before.content}" if before.title else before.content
-    return f"{prev[-CONTEXT_CHARS:]}\n{own}"[:limit]

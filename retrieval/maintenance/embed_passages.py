@@ -9,9 +9,10 @@ from collections.abc import Callable
 import asyncpg
 
 from db import passages as db_passages
-from retrieval.analysis.passages import SPLIT_ABOVE, passage_embedding_text, split_passages
+from retrieval.analysis.passages import SPLIT_ABOVE
+from retrieval.embedding.documents import embed_texts
 from retrieval.embedding.providers import Embedder
-from retrieval.ingest.write import embed_texts, mean_direction
+from retrieval.embedding.texts import recipe
 from retrieval.maintenance.passes import batches, finish
 
 # Long memories per transaction (each tens of passages).
@@ -34,17 +35,12 @@ async def embed_passages(
     async for ns, rows in batches(
         pool, db_passages.PROGRESS_KEY, fetch, batch=batch, namespace=namespace
     ):
-        spans = [split_passages(r["content"]) for r in rows]
-        texts = [
-            passage_embedding_text(r["title"], r["content"], sp)
-            for r, ss in zip(rows, spans, strict=True)
-            for sp in ss
-        ]
-        got = iter(await embed_texts(embedder, texts, 32))
+        recipes = [recipe(r["title"], r["content"]) for r in rows]
+        got = iter(await embed_texts(embedder, [t for rc in recipes for t in rc.passages], 32))
         out = []
-        for r, ss in zip(rows, spans, strict=True):
-            parts = [(sp.start, sp.end, next(got)) for sp in ss]
-            out.append((r["id"], r["content"], mean_direction([v for *_, v in parts]), parts))
+        for r, rc in zip(rows, recipes, strict=True):
+            vecs = [next(got) for _ in rc.passages]
+            out.append((r["id"], r["content"], rc.vector(None, None, vecs), rc.passage_rows(vecs)))
         done += await db_passages.give_passages(pool, ns, out, rows[-1]["id"])
         if log is not None:
             log(f"{ns}: {done} long memories given passages")

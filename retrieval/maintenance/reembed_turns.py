@@ -1,6 +1,6 @@
 """`retrieval reembed-turns`: embed the conversation turns a store holds from before migration
-0013 (each embedded alone) in context, as a write embeds them now (retrieval/ingest/turns.py),
-resumably. Memories that follow no turn are not read again."""
+0013 (each embedded alone) after the turn each follows, as a write embeds them now (the recipe,
+retrieval.embedding.texts), resumably. Memories that follow no turn are not read again."""
 
 from __future__ import annotations
 
@@ -8,19 +8,13 @@ import logging
 from collections.abc import Callable
 
 import asyncpg
-import numpy as np
 
 from db import turn_vectors as db_turns
+from retrieval.embedding.documents import embed_texts
 from retrieval.embedding.providers import Embedder
-from retrieval.ingest.turns import context_text, predecessors
-from retrieval.ingest.write import (
-    EMBED_MAX_CHARS,
-    LinkIn,
-    MemoryIn,
-    embed_texts,
-    embedding_text,
-    passage_text,
-)
+from retrieval.embedding.texts import recipe
+from retrieval.ingest.items import LinkIn, MemoryIn
+from retrieval.ingest.turns import predecessors
 from retrieval.maintenance.passes import batches, finish
 
 logger = logging.getLogger(__name__)
@@ -60,15 +54,16 @@ async def reembed_turns(
         ids = [str(it.id) for it in items]
         async with pool.acquire() as conn:
             before = await predecessors(conn, ns, items, ids, range(len(items)))
-        follows = sorted(before)
-        texts = [embedding_text(items[i]) for i in follows] + [
-            context_text(before[i], passage_text(items[i]), EMBED_MAX_CHARS) for i in follows
-        ]
+        # A long turn is embedded by its passages (embed-passages), not after its turn.
+        planned = {i: recipe(items[i].title, items[i].content, before=before[i]) for i in before}
+        follows = sorted(i for i, rc in planned.items() if rc.own is not None)
+        recipes = [planned[i] for i in follows]
+        texts = [str(rc.own) for rc in recipes] + [str(rc.after) for rc in recipes]
         got = await embed_texts(embedder, texts, 32)
         n = len(follows)
         vectors = [
-            (rows[i]["id"], ((got[k] + got[n + k]) / 2).astype(np.float32), rows[i]["content"])
-            for k, i in enumerate(follows)
+            (rows[i]["id"], rc.vector(got[k], got[n + k], []), rows[i]["content"])
+            for k, (i, rc) in enumerate(zip(follows, recipes, strict=True))
         ]
         await db_turns.replace_vectors(pool, ns, vectors, rows[-1]["id"])
         done += n

@@ -12,7 +12,7 @@ import asyncpg
 
 from db import terms as db_terms
 from retrieval.analysis.nlp import TOKENIZER_VERSION, JapaneseNLP
-from retrieval.ingest.write import passage_text_of
+from retrieval.embedding.texts import memory_text
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ async def retokenize(
                 rows = await conn.fetch(db_terms.NEXT_BATCH, ns, after, batch)
             if not rows:
                 break
-            texts = [passage_text_of(r["title"], r["content"]) for r in rows]
+            texts = [memory_text(r["title"], r["content"]) for r in rows]
             new = await asyncio.to_thread(_terms, nlp, texts)
             ids = [r["id"] for r in rows]
             await db_terms.replace_terms(pool, ns, ids, new)

@@ -20,14 +20,8 @@ from retrieval.api.schemas import (
     MemoriesIn,
 )
 from retrieval.errors import NotFound
-from retrieval.ingest.write import (
-    MAX_ID_CHARS,
-    assign_ids,
-    embedding_load,
-    ingest,
-    stored_texts,
-    to_embed,
-)
+from retrieval.ingest.items import MAX_ID_CHARS
+from retrieval.ingest.write import assign_ids, embedding_load, ingest, stored_texts, to_embed
 from retrieval.validation import (
     MAX_NAMESPACE_CHARS,
     NAMESPACE_PATTERN,

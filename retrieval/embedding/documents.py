@@ -1,0 +1,69 @@
+"""Documents (memories, passages) embedded in bounded calls on background threads: a write, inline
+or a job, takes the CPU that searches leave and costs the tenants searching meanwhile nothing; a
+request or job given up on stops after the call in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from retrieval.embedding.providers import Embedder, EmbedMeter, lower_priority
+from retrieval.embedding.texts import EMBED_MAX_CHARS
+
+# Passages are embedded in the background (nice 19): a write, inline or a job, takes the CPU
+# that searches leave, and costs the tenants searching meanwhile nothing. Idle, it runs at full
+# speed.
+_WRITE_EMBEDDING = ThreadPoolExecutor(
+    max_workers=2, thread_name_prefix="embed-write", initializer=lower_priority
+)
+
+
+# One call to the embedder holds at most this many characters (and `batch_size` texts): a
+# request or job given up on stops after the call in flight, a few seconds at most.
+EMBED_CALL_CHARS = 2 * EMBED_MAX_CHARS
+
+
+def embed_batches(texts: list[str], batch_size: int) -> Iterator[list[str]]:
+    """Texts in order, in calls of at most batch_size texts and EMBED_CALL_CHARS characters
+    (a longer text goes alone)."""
+    call: list[str] = []
+    chars = 0
+    for t in texts:
+        if call and (len(call) >= batch_size or chars + len(t) > EMBED_CALL_CHARS):
+            yield call
+            call, chars = [], 0
+        call.append(t)
+        chars += len(t)
+    if call:
+        yield call
+
+
+async def embed_texts(
+    embedder: Embedder,
+    texts: list[str],
+    batch_size: int,
+    *,
+    meter: EmbedMeter | None = None,
+    tick: Callable[[], Awaitable[None]] | None = None,
+) -> list[Any]:
+    """Passage vectors, a bounded call at a time off the event loop (timed by `meter`)."""
+    loop = asyncio.get_running_loop()
+    out: list[Any] = []
+
+    def timed(texts: list[str]) -> np.ndarray:
+        t = time.perf_counter()
+        got = embedder.embed_passages(texts)
+        if meter is not None:
+            meter.record(meter.units(texts), time.perf_counter() - t)
+        return got
+
+    for call in embed_batches(texts, batch_size):
+        out.extend(await loop.run_in_executor(_WRITE_EMBEDDING, timed, call))
+        if tick is not None:
+            await tick()
+    return out

@@ -1,0 +1,36 @@
+"""What a write learns of a memory's text besides its vector: its index terms (Sudachi normal
+forms, English stems) and the names it mentions, off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from retrieval.analysis.nlp import JapaneseNLP, memory_entities, terms_from_tokens
+
+# Terms and entities of one text: what tokenising a memory yields.
+Analysis = tuple[list[str], list[tuple[str, float]]]
+# Analyses a batch of texts (True where the item's entities are to be extracted).
+Analyser = Callable[[list[str], list[bool]], Awaitable[list[Analysis]]]
+
+
+def analyse_texts(nlp: JapaneseNLP, texts: list[str], want_entities: list[bool]) -> list[Analysis]:
+    """Index terms and (where wanted) entities of each text: the CPU-bound part of a write."""
+    out: list[Analysis] = []
+    for text, want in zip(texts, want_entities, strict=True):
+        toks = nlp.tokens(text)
+        out.append((terms_from_tokens(toks), memory_entities(text, toks) if want else []))
+    return out
+
+
+def in_threads(nlp: JapaneseNLP) -> Analyser:
+    """Analyse on the default executor, one text at a time (the event loop stays free)."""
+
+    async def run(texts: list[str], want: list[bool]) -> list[Analysis]:
+        loop = asyncio.get_running_loop()
+        return [
+            (await loop.run_in_executor(None, analyse_texts, nlp, [t], [w]))[0]
+            for t, w in zip(texts, want, strict=True)
+        ]
+
+    return run
