@@ -91,18 +91,7 @@ async def open_runtime(
         )
     if embedder is None:
         embedder = await asyncio.to_thread(create_embedder, settings)
-
-    async def connect(target: str, min_size: int = settings.pool_min) -> asyncpg.Pool:
-        return await create_pool(
-            target,
-            min_size=min_size,
-            max_size=settings.pool_max,
-            ef_search=settings.hnsw_ef_search,
-            statement_timeout_ms=settings.statement_timeout_ms,
-            idle_in_transaction_timeout_ms=settings.idle_in_transaction_timeout_ms,
-        )
-
-    pool = await connect(dsn)
+    pool = await _connect(settings, dsn)
     try:
         missing = await _check_store(pool, embedder)
     except BaseException:
@@ -114,18 +103,7 @@ async def open_runtime(
         recent_days=settings.recent_days,
         dictionary=CueDictionary.load(settings.dictionary_path),
     )
-    # Replicas are read by the router's checks from the start; one that is down now is
-    # retried by every check and used once healthy.
-    router = ReadRouter(
-        pool,
-        [Replica(i, d) for i, d in enumerate(parse_replica_urls(settings.replica_urls))],
-        lambda d: connect(d, min_size=1),
-        max_lag_s=settings.replica_max_lag_s,
-        check_every_s=settings.replica_check_s,
-    )
-    if router.replicas:
-        await router.check()
-        router.start()
+    router = await _router(settings, pool)
     orch = Orchestrator(
         pool,
         analyzer,
@@ -156,3 +134,31 @@ async def open_runtime(
     return Runtime(
         settings, dsn, pool, nlp, analyzer, embedder, orch, router, meter, jobs, budget, missing
     )
+
+
+async def _connect(settings: Settings, target: str, min_size: int | None = None) -> asyncpg.Pool:
+    """A pool to `target` with the service's session settings."""
+    return await create_pool(
+        target,
+        min_size=settings.pool_min if min_size is None else min_size,
+        max_size=settings.pool_max,
+        ef_search=settings.hnsw_ef_search,
+        statement_timeout_ms=settings.statement_timeout_ms,
+        idle_in_transaction_timeout_ms=settings.idle_in_transaction_timeout_ms,
+    )
+
+
+async def _router(settings: Settings, pool: asyncpg.Pool) -> ReadRouter:
+    """The read router over the configured replicas; they are checked from the start, and one
+    that is down now is retried by every check and used once healthy."""
+    router = ReadRouter(
+        pool,
+        [Replica(i, d) for i, d in enumerate(parse_replica_urls(settings.replica_urls))],
+        lambda d: _connect(settings, d, min_size=1),
+        max_lag_s=settings.replica_max_lag_s,
+        check_every_s=settings.replica_check_s,
+    )
+    if router.replicas:
+        await router.check()
+        router.start()
+    return router

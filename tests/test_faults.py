@@ -21,7 +21,8 @@ import httpx
 import numpy as np
 import pytest
 
-from retrieval.api.app import _status_of, create_app
+from retrieval.api.app import create_app
+from retrieval.api.errors import status_of as _status_of
 from retrieval.errors import EmbeddingError
 from retrieval.models import RetrievalOptions
 from retrieval.runtime import open_runtime

@@ -104,10 +104,18 @@ def render_results(answer: RetrieveResponse) -> str:
     return "\n".join(lines)
 
 
-def build(api: Callable[[Context], AsyncRetrievalClient]) -> MCPServer:
+Api = Callable[[Context], AsyncRetrievalClient]
+
+
+def build(api: Api) -> MCPServer:
     """The MCP server; `api(ctx)` gives the client a tool call uses (the caller's key)."""
     server = MCPServer("retrieval-orchestrator", instructions=INSTRUCTIONS)
+    for add in (_search_memories, _remember, _forget, _feedback):
+        add(server, api)
+    return server
 
+
+def _search_memories(server: MCPServer, api: Api) -> None:
     @server.tool(
         description="Find the stored memories that answer a question, best first, each with "
         "its time, why it was chosen and the memories around it."
@@ -152,6 +160,8 @@ def build(api: Callable[[Context], AsyncRetrievalClient]) -> MCPServer:
             raise _tool_error(exc) from None
         return render_results(answer)
 
+
+def _remember(server: MCPServer, api: Api) -> None:
     @server.tool(
         description="Store memories (1-1000) to recall later: conversation turns, notes, facts."
     )
@@ -176,6 +186,8 @@ def build(api: Callable[[Context], AsyncRetrievalClient]) -> MCPServer:
             f"ids: {', '.join(out.ids)}"
         )
 
+
+def _forget(server: MCPServer, api: Api) -> None:
     @server.tool(description="Archive a memory: it is no longer found by searches.")
     async def forget(
         memory_id: Annotated[str, Field(description="The memory's id.")],
@@ -188,6 +200,8 @@ def build(api: Callable[[Context], AsyncRetrievalClient]) -> MCPServer:
             raise _tool_error(exc) from None
         return f"archived {out.id}" if out.archived else f"{out.id} was already archived"
 
+
+def _feedback(server: MCPServer, api: Api) -> None:
     @server.tool(
         description="Say whether a memory a search found helped; one that did not is not "
         "returned again."
@@ -204,8 +218,6 @@ def build(api: Callable[[Context], AsyncRetrievalClient]) -> MCPServer:
         except ApiError as exc:
             raise _tool_error(exc) from None
         return f"noted for {memory_id}" + ("" if out.searchable else " (no longer returned)")
-
-    return server
 
 
 class ApiClients:

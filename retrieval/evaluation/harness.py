@@ -264,6 +264,64 @@ class _Parts:
         return out
 
 
+class _Tally:
+    """What a run of questions gave: each ranking (ranx reads scores; rank-derived scores keep
+    the order exactly, ties included), the strategy used, latencies whole and per stage,
+    degraded answers, and the promise of a named window (nothing from outside it, with its soft
+    edges, in the top 5 while it holds at least 5 memories)."""
+
+    def __init__(self, budget: int) -> None:
+        self.run: dict[str, dict[str, float]] = {}
+        self.used: dict[str, str] = {}
+        self.latencies: list[float] = []
+        self.stages: dict[str, list[float]] = defaultdict(list)
+        self.parts = _Parts(budget)
+        self.windowed = self.violations = self.degraded = 0
+
+    async def add(
+        self, rt: Any, q: EvalQuery, ns: str, resp: Any, ms: float, rel: dict[str, int]
+    ) -> None:
+        self.latencies.append(ms)
+        self.degraded += bool(resp.metadata.degraded)
+        for stage, x in resp.metadata.stage_latency_ms.items():
+            self.stages[stage].append(x)
+        for src, rep in resp.metadata.search_breakdown.items():
+            if rep.status == "ok":
+                self.stages[f"source_{src}"].append(rep.latency_ms)
+        n = len(resp.results)
+        self.run[q.id] = {r.id: float(n - i) for i, r in enumerate(resp.results)}
+        self.used[q.id] = resp.metadata.strategy_used.value
+        self.parts.add(q, rel, resp.results)
+        tr = resp.metadata.query_intent.time_range
+        start, end = (tr.outer_start, tr.outer_end) if tr is not None else (None, None)
+        if start is not None and end is not None:
+            async with rt.pool.acquire() as conn:
+                held = await conn.fetchval(_IN_WINDOW, ns, start, end)
+            if held >= 5:
+                self.windowed += 1
+                self.violations += any(not (start <= r.created_at < end) for r in resp.results[:5])
+
+    def summary(
+        self, queries: list[EvalQuery], qrels: dict[str, dict[str, int]], strategy: str
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = {"n_queries": len(queries), **score(qrels, self.run)}
+        out.update(percentiles(self.latencies))
+        out["windowed_queries"] = self.windowed
+        out["window_violations"] = self.violations
+        # Answers with a source missing (a leg past its deadline): their ranking is not the
+        # code's alone; a run with many is worth repeating.
+        out["degraded_queries"] = self.degraded
+        out["stages"] = {k: percentiles(v) for k, v in sorted(self.stages.items())}
+        out.update(self.parts.summary())
+        if strategy == "auto":
+            out["by_strategy"] = _split(qrels, self.run, self.used)
+        categories = {q.id: q.category for q in queries if q.category}
+        if categories:
+            out["by_category"] = _split(qrels, self.run, categories)
+        out["_run"] = self.run
+        return out
+
+
 async def run_eval(
     rt: Any,
     queries: list[EvalQuery],
@@ -280,14 +338,8 @@ async def run_eval(
     strategy used and per question category, and what the first 10 results hold: characters
     whole and within `budget` (retrieval.rank.budget), and for a set that names the
     paragraph that answers, how often a relevant result's highlight holds it."""
-    run: dict[str, dict[str, float]] = {}
-    parts = _Parts(budget)
-    used: dict[str, str] = {}
-    latencies = []
-    stages: dict[str, list[float]] = defaultdict(list)
-    windowed = violations = 0
+    tally = _Tally(budget)
     force = None if strategy == "auto" else Strategy(strategy)
-    degraded = 0
     for q in queries:
         ns = sub_namespace(namespace, q.namespace)
         options = RetrievalOptions(
@@ -303,44 +355,9 @@ async def run_eval(
         )
         t = time.perf_counter()
         resp = await _answered(rt, q.text, options)
-        latencies.append((time.perf_counter() - t) * 1000.0)
-        degraded += bool(resp.metadata.degraded)
-        for stage, ms in resp.metadata.stage_latency_ms.items():
-            stages[stage].append(ms)
-        for src, rep in resp.metadata.search_breakdown.items():
-            if rep.status == "ok":
-                stages[f"source_{src}"].append(rep.latency_ms)
-        # ranx ranks by score; rank-derived scores keep our order exactly (ties included).
-        n = len(resp.results)
-        run[q.id] = {r.id: float(n - i) for i, r in enumerate(resp.results)}
-        used[q.id] = resp.metadata.strategy_used.value
-        parts.add(q, qrels.get(q.id, {}), resp.results)
-        tr = resp.metadata.query_intent.time_range
-        start, end = (tr.outer_start, tr.outer_end) if tr is not None else (None, None)
-        if start is not None and end is not None:
-            # The promise of a named window: nothing from outside it (with its soft edges, when
-            # fuzzy) in the top 5 while the window itself holds at least 5 memories.
-            async with rt.pool.acquire() as conn:
-                held = await conn.fetchval(_IN_WINDOW, ns, start, end)
-            if held >= 5:
-                windowed += 1
-                violations += any(not (start <= r.created_at < end) for r in resp.results[:5])
-    out: dict[str, Any] = {"n_queries": len(queries), **score(qrels, run)}
-    out.update(percentiles(latencies))
-    out["windowed_queries"] = windowed
-    out["window_violations"] = violations
-    # Answers with a source missing (a leg past its deadline): their ranking is not the
-    # code's alone; a run with many is worth repeating.
-    out["degraded_queries"] = degraded
-    out["stages"] = {k: percentiles(v) for k, v in sorted(stages.items())}
-    out.update(parts.summary())
-    if strategy == "auto":
-        out["by_strategy"] = _split(qrels, run, used)
-    categories = {q.id: q.category for q in queries if q.category}
-    if categories:
-        out["by_category"] = _split(qrels, run, categories)
-    out["_run"] = run
-    return out
+        ms = (time.perf_counter() - t) * 1000.0
+        await tally.add(rt, q, ns, resp, ms, qrels.get(q.id, {}))
+    return tally.summary(queries, qrels, strategy)
 
 
 # A question no source answered (every leg past its deadline: a cold or busy database) is

@@ -1,0 +1,298 @@
+"""`retrieval`, the command line: every command is one row of COMMANDS (its name, help, arguments
+and handler), and the parser is built from that table."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import inspect
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from db.bulk import Rebuild
+from retrieval.cli.args import (
+    EVAL_LIMIT,
+    EVAL_STRATEGY,
+    JSON,
+    NAMESPACE,
+    NO_EXPAND,
+    NOW,
+    ONLY_NAMESPACE,
+    STRATEGY_CHOICES,
+    Arg,
+    arg,
+    batch,
+    port,
+    positive,
+)
+from retrieval.cli.common import err
+from retrieval.errors import RetrievalError
+from retrieval.ingest.importer import PARALLEL_FROM
+from retrieval.maintenance.embed_passages import BATCH as PASSAGES_BATCH
+from retrieval.maintenance.reembed_turns import BATCH as REEMBED_BATCH
+from retrieval.maintenance.retokenize import BATCH as RETOKENIZE_BATCH
+from retrieval.settings import Settings
+
+
+def bench_queries(value: str) -> int:
+    """--queries of `bench`: at most the distinct benchmark queries there are."""
+    from retrieval.evaluation.bench import MAX_QUERIES
+
+    n = positive(value)
+    if n > MAX_QUERIES:
+        raise argparse.ArgumentTypeError(f"at most {MAX_QUERIES} (distinct benchmark queries)")
+    return n
+
+
+def suite_sets() -> list[str]:
+    from retrieval.evaluation.suite import SET_NAMES
+
+    return list(SET_NAMES)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command: its name, one-line help, longer description, arguments and the handler
+    (`module:function`, loaded only when the command runs; sync or async, called with the
+    settings and the parsed arguments, returns the exit status)."""
+
+    name: str
+    help: str
+    handler: str
+    args: Sequence[Arg] | Callable[[], Sequence[Arg]] = ()
+    description: str | None = None
+
+    def run(self, settings: Settings, args: argparse.Namespace) -> int:
+        module, _, name = self.handler.partition(":")
+        fn = getattr(importlib.import_module(module), name)
+        if inspect.iscoroutinefunction(fn):
+            return int(asyncio.run(fn(settings, args)))
+        return int(fn(settings, args))
+
+
+def _eval_suite_args() -> list[Arg]:
+    return [
+        arg(
+            "--dir",
+            type=Path,
+            default=Path("../shared/eval"),
+            help="the sets (default ../shared/eval)",
+        ),
+        arg("--sets", nargs="+", choices=suite_sets(), help="run only these sets"),
+        EVAL_STRATEGY,
+        EVAL_LIMIT,
+        NO_EXPAND,
+        arg("--save", type=Path, help="write the results (JSON) to this file"),
+        arg(
+            "--compare", type=Path, help="a file written by --save: print 'before -> now' per cell"
+        ),
+        JSON,
+    ]
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "serve",
+        "run the HTTP service (uvicorn)",
+        "retrieval.cli.serve:serve",
+        (
+            arg("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"),
+            arg("--port", type=port, default=8000, help="port to listen on (default 8000)"),
+            arg("--workers", type=positive, default=1, help="worker processes (default 1)"),
+            arg(
+                "--sample",
+                action="store_true",
+                help="load the packaged sample memories into namespace 'default' first",
+            ),
+        ),
+    ),
+    Command(
+        "mcp",
+        "serve the MCP tools (search_memories, remember, forget, feedback) over stdio, for a "
+        "local agent host (retrieval serve has them at /mcp/)",
+        "retrieval.cli.serve:mcp",
+    ),
+    Command("migrate", "apply pending database migrations", "retrieval.cli.store:migrate"),
+    Command(
+        "retokenize",
+        "make every memory's keyword terms again with this version's tokenizer",
+        "retrieval.cli.store:retokenize",
+        (batch(RETOKENIZE_BATCH, "memories"),),
+        "After an upgrade that changed the index terms (the service warns at start), "
+        "re-tokenize every stored memory, a namespace and a batch at a time; an interrupted run "
+        "resumes where it stopped. The service keeps answering meanwhile.",
+    ),
+    Command(
+        "reembed-turns",
+        "embed the stored conversation turns in context (stores from before migration 0013)",
+        "retrieval.cli.store:embedding_pass",
+        (batch(REEMBED_BATCH, "turns"), ONLY_NAMESPACE),
+        "Embed every stored memory that follows another (a thread, a reply_to link) "
+        "again, alone and after the turn it follows, as writes do since migration 0013; a batch "
+        "at a time, an interrupted run resumes where it stopped. The service keeps answering "
+        "meanwhile. Costs about three embeddings of each turn.",
+    ),
+    Command(
+        "embed-passages",
+        "give the stored long memories their passages (stores from before migration 0014)",
+        "retrieval.cli.store:embedding_pass",
+        (batch(PASSAGES_BATCH, "memories"), ONLY_NAMESPACE),
+        "Cut every stored memory longer than 2,000 characters that has no passages "
+        "into passages and embed each, as writes do since migration 0014 (the memory's vector "
+        "becomes their mean); a batch at a time, an interrupted run resumes where it stopped. "
+        "The service keeps answering meanwhile. Costs one embedding of the whole text (about "
+        "700-900 characters a second on 2 cores).",
+    ),
+    Command(
+        "ingest",
+        "import memories from a JSONL file (all or nothing; an interrupted run resumes)",
+        "retrieval.cli.store:ingest",
+        (
+            arg("file", type=Path, help="the JSONL file, one memory a line"),
+            NAMESPACE,
+            arg(
+                "--embeddings", type=Path, help="precomputed passage vectors (.npy, row i = item i)"
+            ),
+            arg(
+                "--workers",
+                type=positive,
+                default=None,
+                help=f"processes analysing the text (default: one per core from {PARALLEL_FROM} items, else 1)",
+            ),
+            arg(
+                "--rebuild-indexes",
+                choices=[r.value for r in Rebuild],
+                default=Rebuild.AUTO.value,
+                help="drop and rebuild the vector, trigram and postings indexes around the publish "
+                "(auto: when the file holds more memories than the table); while they "
+                "are rebuilt the table is locked for every namespace",
+            ),
+        ),
+        "Validate every line, analyse and embed in chunks (staged and committed, so "
+        "rerunning the same command resumes), then publish the whole file in one transaction.",
+    ),
+    Command(
+        "query",
+        "retrieve memories for a query",
+        "retrieval.cli.ask:query",
+        (
+            arg("text", help="the question"),
+            NAMESPACE,
+            arg("--limit", type=positive, default=10, help="results at most (default 10)"),
+            arg("--strategy", choices=STRATEGY_CHOICES, help="force a strategy"),
+            NOW,
+            arg("--json", action="store_true", help="print the full response as JSON"),
+        ),
+    ),
+    Command(
+        "analyze",
+        "show the query analysis and chosen strategy",
+        "retrieval.cli.ask:analyze",
+        (arg("text", help="the question"), NOW, JSON),
+    ),
+    Command(
+        "eval",
+        "measure retrieval quality (MRR, hit@k, nDCG) on a labelled set",
+        "retrieval.evaluation.harness:run_eval_cli",
+        (
+            arg("--corpus", type=Path, required=True, help="the memories (JSONL)"),
+            arg("--queries", type=Path, required=True, help="the questions (JSONL)"),
+            arg("--qrels", type=Path, required=True, help="the relevant memories (TSV)"),
+            EVAL_STRATEGY,
+            EVAL_LIMIT,
+            arg("--embeddings", type=Path, help="precomputed corpus vectors (.npy)"),
+            arg("--namespace", help="namespace to index into (default: derived from the corpus)"),
+            arg(
+                "--force",
+                action="store_true",
+                help="index into --namespace even if it holds memories eval did not put there (they are deleted)",
+            ),
+            arg("--max-queries", type=positive, help="evaluate only the first N queries"),
+            NO_EXPAND,
+            JSON,
+        ),
+    ),
+    Command(
+        "eval-suite",
+        "every dev set (JSQuAD, semantic, temporal, temporal-hard, multi-hop, LoCoMo) in one table",
+        "retrieval.evaluation.suite:run_suite_cli",
+        _eval_suite_args,
+        "Index each dev set of DIR once (cached), run its questions through the "
+        "orchestrator and print one table: MRR@10, hit@5, recall@5/@10 and latency per set, and "
+        "per question category where a set has them (LoCoMo). The long-document set runs only "
+        "when named in --sets (indexing it takes most of an hour).",
+    ),
+    Command(
+        "bench",
+        "latency per stage and over HTTP at N memories",
+        "retrieval.evaluation.bench:run_bench_cli",
+        (
+            arg(
+                "--memories",
+                type=positive,
+                default=10_000,
+                help="synthetic memories (default 10,000)",
+            ),
+            arg(
+                "--queries",
+                type=bench_queries,
+                default=200,
+                help="distinct questions (default 200)",
+            ),
+            arg("--concurrency", type=positive, default=4, help="clients at once (default 4)"),
+            arg("--corpus", type=Path, help="use this JSONL corpus instead of synthetic memories"),
+            arg("--embeddings", type=Path, help="precomputed vectors for --corpus"),
+            arg("--no-http", action="store_true", help="skip the HTTP part"),
+            JSON,
+        ),
+    ),
+)
+BY_NAME = {c.name: c for c in COMMANDS}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser: one sub-command per row of COMMANDS."""
+    p = argparse.ArgumentParser(
+        prog="retrieval",
+        description="Retrieval Orchestrator: Japanese-first memory retrieval over PostgreSQL + "
+        "pgvector. Uses DATABASE_URL when set, else an embedded PostgreSQL in RETRIEVAL_DATA_DIR.",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = p.add_subparsers(dest="command", required=True)
+    for c in COMMANDS:
+        s = sub.add_parser(c.name, help=c.help, description=c.description or c.help)
+        for a in c.args() if callable(c.args) else c.args:
+            a.add_to(s)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        return err(f"configuration: {'.'.join(str(x) for x in first['loc'])}: {first['msg']}")
+    try:
+        return BY_NAME[args.command].run(settings, args)
+    except RetrievalError as exc:
+        return err(str(exc))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `retrieval query ... | head`: the reader left, nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+__all__ = ["COMMANDS", "Command", "build_parser", "main"]

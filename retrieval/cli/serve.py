@@ -1,0 +1,91 @@
+"""The commands that serve: `serve` (the HTTP API and the MCP tools at /mcp/) and `mcp` (the MCP
+tools over stdio, for a local agent host)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import ipaddress
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from retrieval.cli.common import opened
+from retrieval.settings import Settings
+
+
+async def _load_sample(settings: Settings) -> int:
+    from retrieval.ingest.sample import load_sample
+
+    async with opened(settings) as rt:
+        return await load_sample(rt)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _shared_metrics_dir() -> None:
+    """One truth for /metrics with several workers: each writes its samples to a directory of
+    this start (emptied now: an earlier start's files would be added in), any worker sums them."""
+    from retrieval.metrics import MULTIPROC_ENV, prepare_multiprocess_dir
+
+    given = os.environ.get(MULTIPROC_ENV)
+    path = Path(given) if given else Path(tempfile.mkdtemp(prefix="retrieval-metrics-"))
+    os.environ[MULTIPROC_ENV] = str(prepare_multiprocess_dir(path))
+    if not given:
+        atexit.register(shutil.rmtree, path, True)
+
+
+def serve(settings: Settings, args: argparse.Namespace) -> int:
+    """`retrieval serve`: uvicorn in front of the app (retrieval.api.create_app)."""
+    import uvicorn
+
+    if args.sample:
+        n = asyncio.run(_load_sample(settings))
+        print(f"sample: {n} memories in namespace 'default'", file=sys.stderr)
+    if not settings.parsed_api_keys() and not _is_loopback(args.host):
+        print(
+            f"WARNING: serving on {args.host} with no RETRIEVAL_API_KEYS: anyone who can reach "
+            "this port can read, write and delete every namespace's memories",
+            file=sys.stderr,
+        )
+    if args.workers > 1:
+        _shared_metrics_dir()
+    print(
+        f"serving on http://{args.host}:{args.port} (OpenAPI at /docs, {args.workers} worker(s))",
+        file=sys.stderr,
+    )
+    uvicorn.run(
+        "retrieval.api:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level="warning",
+    )
+    return 0
+
+
+async def mcp(settings: Settings, args: argparse.Namespace) -> int:
+    """`retrieval mcp`: the MCP tools over stdio; stdout carries the protocol only (logs go to
+    stderr)."""
+    from retrieval.api import create_app
+    from retrieval.api.mcp import ApiClients, build
+
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        api = ApiClients(app, default_key=settings.mcp_api_key)
+        try:
+            await build(api).run_stdio_async()
+        finally:
+            await api.close()
+    return 0
