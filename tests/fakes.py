@@ -33,7 +33,7 @@ class FakeEmbedder:
     def embed_query(self, text: str) -> np.ndarray:
         return self._one(text)
 
-    def embed_passages(self, texts: list[str]) -> np.ndarray:
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
         return (
             np.stack([self._one(t) for t in texts])
             if texts

@@ -214,7 +214,7 @@ class _SlowEmbedder:
         time.sleep(self.delay)
         return self.inner.embed_query(text)
 
-    def embed_passages(self, texts: list[str]) -> np.ndarray:
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
         raise EmbeddingError("embedding endpoint refused: 502 <html>gateway emb-7.internal</html>")
 
 

@@ -112,7 +112,7 @@ class JapaneseNLP:
         # here (3.3x the time: 5.35 against 1.64 ms a JSQuAD passage, measured). Where the
         # pipeline's tokenizer is that one, its SudachiPy tokenizer (same dictionary, same
         # split mode) is called directly: the same surfaces, normal forms and tags (checked on
-        # 3,036 passages and questions, tests/test_nlp.py).
+        # 3,036 passages and questions, tests/analysis/test_nlp.py).
         inner = getattr(self._nlp.tokenizer, "tokenizer", None)
         self._sudachi: Any = inner if callable(getattr(inner, "tokenize", None)) else None
         self._tags: dict[int, str] = {}

@@ -2,8 +2,8 @@
 agent host gives a model — search memories, remember, forget, feedback.
 
 Each tool calls the service's own HTTP API in process (an httpx ASGI transport, no socket),
-through the light client (`retrieval_client`): the same validation, limits, tenant share, API keys and namespace
-scopes as the REST routes, with no second copy of any of them. Over HTTP (`retrieval serve`
+through the light client (`retrieval_client`): the same validation, limits, tenant share, API
+keys and namespace scopes as the REST routes, with no second copy of any of them. Over HTTP (`retrieval serve`
 mounts it at `/mcp/`) the caller's `Authorization` header is passed on, so a key bound to
 `nsA` can do nothing in `nsB` here either; over stdio (`retrieval mcp`, started by a local
 host) the process acts with `RETRIEVAL_MCP_API_KEY` when keys are configured.

@@ -9,8 +9,10 @@ import importlib
 import inspect
 import logging
 import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -273,6 +275,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def stops_what_it_starts(settings: Settings) -> Iterator[None]:
+    """A command stops the embedded PostgreSQL it started when it exits, however it exits
+    (RETRIEVAL_PG_KEEP_RUNNING keeps it for the next command). The postmaster runs in its own
+    session, so a terminal's Ctrl-C never reaches it."""
+    if settings.database_url or settings.pg_keep_running:
+        yield
+        return
+    from db.embedded import running, stop_embedded
+
+    already = running(settings.data_dir)
+    try:
+        yield
+    finally:
+        if not already and running(settings.data_dir):
+            stop_embedded(settings.data_dir)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -284,8 +308,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValidationError as exc:
         first = exc.errors()[0]
         return err(f"configuration: {'.'.join(str(x) for x in first['loc'])}: {first['msg']}")
+    # SIGTERM ends a command as Ctrl-C does: what it started is stopped on the way out.
+    signal.signal(signal.SIGTERM, _terminated)
     try:
-        return BY_NAME[args.command].run(settings, args)
+        with stops_what_it_starts(settings):
+            return BY_NAME[args.command].run(settings, args)
     except RetrievalError as exc:
         return err(str(exc))
     except KeyboardInterrupt:

@@ -6,14 +6,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
+import copy
 import ipaddress
+import logging
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
-from retrieval.cli.common import opened
+from retrieval.cli.common import err, opened
 from retrieval.settings import Settings
 
 
@@ -45,33 +49,81 @@ def _shared_metrics_dir() -> None:
         atexit.register(shutil.rmtree, path, True)
 
 
-def serve(settings: Settings, args: argparse.Namespace) -> int:
-    """`retrieval serve`: uvicorn in front of the app (retrieval.api.create_app)."""
-    import uvicorn
+def listen(host: str, port: int) -> socket.socket:
+    """The service's listening socket, bound before anything loads (a busy port is said at
+    once, not after the models have loaded); OSError when it cannot be had."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)  # uvicorn's worker processes serve on it too
+    return sock
 
-    if args.sample:
-        n = asyncio.run(_load_sample(settings))
-        print(f"sample: {n} memories in namespace 'default'", file=sys.stderr)
-    if not settings.parsed_api_keys() and not _is_loopback(args.host):
+
+def _logs_to_stdout() -> dict[str, Any]:
+    """The service's logs (its own and uvicorn's) on stdout, as a container expects them; the
+    start-up lines and refusals stay on stderr with the other commands'."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    for handler in config["handlers"].values():
+        handler["stream"] = "ext://sys.stdout"
+    root = logging.getLogger()
+    for h in root.handlers:
+        if isinstance(h, logging.StreamHandler) and h.stream is sys.stderr:
+            h.setStream(sys.stdout)
+    return config
+
+
+def serve(settings: Settings, args: argparse.Namespace) -> int:
+    """`retrieval serve`: uvicorn in front of the app (retrieval.api.create_app), on a socket
+    bound first; the embedded PostgreSQL (when DATABASE_URL is unset) is started here, before
+    the workers, so that this process stops it when it exits (retrieval.cli.main)."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    try:
+        sock = listen(args.host, args.port)
+    except OSError as exc:
+        return err(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}")
+    try:
+        settings.dsn()
+        if args.sample:
+            n = asyncio.run(_load_sample(settings))
+            print(f"sample: {n} memories in namespace 'default'", file=sys.stderr)
+        if not settings.parsed_api_keys() and not _is_loopback(args.host):
+            print(
+                f"WARNING: serving on {args.host} with no RETRIEVAL_API_KEYS: anyone who can "
+                "reach this port can read, write and delete every namespace's memories",
+                file=sys.stderr,
+            )
+        if args.workers > 1:
+            _shared_metrics_dir()
         print(
-            f"WARNING: serving on {args.host} with no RETRIEVAL_API_KEYS: anyone who can reach "
-            "this port can read, write and delete every namespace's memories",
+            f"serving on http://{args.host}:{args.port} (OpenAPI at /docs, "
+            f"{args.workers} worker(s))",
             file=sys.stderr,
         )
-    if args.workers > 1:
-        _shared_metrics_dir()
-    print(
-        f"serving on http://{args.host}:{args.port} (OpenAPI at /docs, {args.workers} worker(s))",
-        file=sys.stderr,
-    )
-    uvicorn.run(
-        "retrieval.api:create_app",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_level="warning",
-    )
+        config = uvicorn.Config(
+            "retrieval.api:create_app",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            log_level="warning",
+            log_config=_logs_to_stdout(),
+        )
+        server = uvicorn.Server(config)
+        if args.workers > 1:
+            Multiprocess(config, sockets=[sock]).run()
+        else:
+            server.run(sockets=[sock])
+    finally:
+        sock.close()
     return 0
 
 

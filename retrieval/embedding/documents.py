@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from retrieval.embedding.providers import Embedder, EmbedMeter, lower_priority
+from retrieval.embedding.base import Embedder, lower_priority
+from retrieval.embedding.meter import EmbedMeter
 from retrieval.embedding.texts import EMBED_MAX_CHARS
 
 # Passages are embedded in the background (nice 19): a write, inline or a job, takes the CPU
@@ -57,7 +58,7 @@ async def embed_texts(
 
     def timed(texts: list[str]) -> np.ndarray:
         t = time.perf_counter()
-        got = embedder.embed_passages(texts)
+        got = embedder.embed_documents(texts)
         if meter is not None:
             meter.record(meter.units(texts), time.perf_counter() - t)
         return got

@@ -1,9 +1,9 @@
 """Query embeddings with a bound per tenant: what one caller asks costs the others nothing.
 
-Embedding is a request's costliest stage and the one a caller controls: before, the query and
-its conversation were embedded whole (six messages of 3,000 characters: one ~30 s job), the job
-ran on after its request had answered, and four such requests held every embedding thread, so
-every other tenant's vector legs timed out for minutes. Here:
+Embedding is a request's costliest stage and the one a caller controls: a query and six
+messages of 3,000 characters embedded whole would be a ~30 s job of one core, and four such
+requests would hold every embedding thread while every other tenant's vector legs timed out.
+So:
 
 - each text is cut (`QUERY_EMBED_MAX_CHARS`: the query's start, the conversation text's end),
 - a text is started only if it can finish before the request's deadline (its characters times
@@ -29,7 +29,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from retrieval.cache import ByteLRU
-from retrieval.embedding.providers import Embedder, EmbedMeter, lower_priority
+from retrieval.embedding.base import Embedder, lower_priority
+from retrieval.embedding.meter import EmbedMeter
 from retrieval.errors import EmbeddingError
 
 # Characters of a query embedded (the start), and of its conversation text (the end, which

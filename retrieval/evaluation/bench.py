@@ -166,7 +166,7 @@ async def load(rt: Any, n: int, seed: int = 7) -> tuple[bool, float]:
         if await conn.fetchval(GET_HARNESS_KEY, NAMESPACE) == key:
             return True, time.perf_counter() - t0
     frags = SUBJECTS + DETAILS
-    frag_vecs = rt.embedder.embed_passages(frags)
+    frag_vecs = rt.embedder.embed_documents(frags)
     frag_terms = [rt.nlp.terms(f) for f in frags]
     rng = np.random.default_rng(seed)
     prng = random.Random(seed)

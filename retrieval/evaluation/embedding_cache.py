@@ -41,7 +41,7 @@ class CachedEmbedder:
     def __getattr__(self, attr: str) -> Any:  # cost_units and the like
         return getattr(self.inner, attr)
 
-    def embed_passages(self, texts: list[str]) -> np.ndarray:
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
         keys = [self._key(t) for t in texts]
         out = np.zeros((len(texts), self.dim), np.float32)
         with self._lock:
@@ -52,7 +52,7 @@ class CachedEmbedder:
                     found[k] = np.frombuffer(row[0], np.float32)
         todo = [i for i, k in enumerate(keys) if k not in found]
         if todo:
-            got = np.asarray(self.inner.embed_passages([texts[i] for i in todo]), np.float32)
+            got = np.asarray(self.inner.embed_documents([texts[i] for i in todo]), np.float32)
             with self._lock:
                 self._db.executemany(
                     "INSERT OR REPLACE INTO vectors (key, vector) VALUES (?, ?)",

@@ -200,7 +200,7 @@ def _reuse(
             out[i] = np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, np.float32)
     for start in range(0, len(missing), 32):
         part = missing[start : start + 32]
-        got = embedder.embed_passages([text for _, text in part])
+        got = embedder.embed_documents([text for _, text in part])
         for (i, _), v in zip(part, got, strict=True):
             out[i] = v
     return out

@@ -83,6 +83,12 @@ COLUMNS = (
 def chosen(names: list[str] | None, root: Path) -> list[DevSet]:
     """The sets to run: those named, else every set not run on request; each must be present."""
     sets = [s for s in DEV_SETS if (s.name in names if names else not s.on_request)]
+    if not root.is_dir():
+        reason = (
+            f"{root} is not a folder; point --dir at the evaluation sets (the folder holding "
+            "jsquad/, temporal_dev/, locomo_dev/, …: the team's shared/eval)"
+        )
+        raise InvalidInput([{"field": "--dir", "reason": reason}])
     missing = [
         f"{s.name}: {root / f}"
         for s in sets

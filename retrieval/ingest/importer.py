@@ -26,7 +26,7 @@ import numpy as np
 from db import bulk
 from db.errors import ImportInProgress
 from retrieval.analysis.nlp import TOKENIZER_VERSION, JapaneseNLP
-from retrieval.embedding.providers import Embedder
+from retrieval.embedding.base import Embedder
 from retrieval.errors import InvalidInput
 from retrieval.ingest.analyse import Analyser, Analysis, analyse_texts, in_threads
 from retrieval.ingest.items import MemoryIn, json_lines, parse_line, scan_jsonl

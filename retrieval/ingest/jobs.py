@@ -3,7 +3,7 @@ in the background by whichever process of the service claims it first.
 
 The write route estimates what embedding a batch costs here (`EmbedMeter`: tokens times the
 measured seconds per token). Up to `RETRIEVAL_INLINE_EMBED_S` it embeds and writes inline and
-answers 200, as before; above, it stores the validated batch as a job (`db/jobs.py`) and
+answers 200; above, it stores the validated batch as a job (`db/jobs.py`) and
 answers 202 with the job, whose state `GET /v1/jobs/{id}` reports. Either way the write
 deadline bounds the transaction only, so every batch within the documented limits can be
 written; a client never gets a timeout that its retry would meet again.
@@ -30,7 +30,8 @@ import asyncpg
 from db import jobs as q
 from retrieval import metrics as m
 from retrieval.analysis.nlp import JapaneseNLP
-from retrieval.embedding.providers import Embedder, EmbedMeter
+from retrieval.embedding.base import Embedder
+from retrieval.embedding.meter import EmbedMeter
 from retrieval.errors import EmbeddingError, InvalidInput, Overloaded
 from retrieval.ingest.items import MemoryIn
 from retrieval.ingest.write import ingest

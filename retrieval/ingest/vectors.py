@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.embedding.providers import Embedder
+from retrieval.embedding.base import Embedder
 from retrieval.embedding.texts import embedding_text
 from retrieval.errors import InvalidInput
 from retrieval.ingest.items import MemoryIn
@@ -30,7 +30,7 @@ def check_precomputed(
     picks = sorted({0, len(items) // 2, len(items) - 1})[:rows] if items else []
     if not picks:
         return
-    fresh = embedder.embed_passages(
+    fresh = embedder.embed_documents(
         [embedding_text(items[i].title, items[i].content) for i in picks]
     )
     for j, i in enumerate(picks):

@@ -18,8 +18,9 @@ import numpy as np
 from db import store
 from db.store import MemoryRow, StoredTurn
 from retrieval.analysis.nlp import JapaneseNLP, normalize_entity
+from retrieval.embedding.base import Embedder
 from retrieval.embedding.documents import embed_texts
-from retrieval.embedding.providers import Embedder, EmbedMeter
+from retrieval.embedding.meter import EmbedMeter
 from retrieval.embedding.texts import PassageRow, Recipe, memory_text, recipe, turn_text
 from retrieval.errors import InvalidInput, StoreUnavailable
 from retrieval.ingest.analyse import Analyser, in_threads

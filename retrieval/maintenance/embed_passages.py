@@ -10,8 +10,8 @@ import asyncpg
 
 from db import passages as db_passages
 from retrieval.analysis.passages import SPLIT_ABOVE
+from retrieval.embedding.base import Embedder
 from retrieval.embedding.documents import embed_texts
-from retrieval.embedding.providers import Embedder
 from retrieval.embedding.texts import recipe
 from retrieval.maintenance.passes import batches, finish
 

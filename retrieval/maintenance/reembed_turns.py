@@ -10,8 +10,8 @@ from collections.abc import Callable
 import asyncpg
 
 from db import turn_vectors as db_turns
+from retrieval.embedding.base import Embedder
 from retrieval.embedding.documents import embed_texts
-from retrieval.embedding.providers import Embedder
 from retrieval.embedding.texts import recipe
 from retrieval.ingest.items import LinkIn, MemoryIn
 from retrieval.ingest.turns import predecessors

@@ -13,6 +13,7 @@ import asyncpg
 from db import terms as db_terms
 from retrieval.analysis.nlp import TOKENIZER_VERSION, JapaneseNLP
 from retrieval.embedding.texts import memory_text
+from retrieval.maintenance.passes import batches
 
 logger = logging.getLogger(__name__)
 
@@ -47,27 +48,22 @@ async def retokenize(
 ) -> int:
     """Replace the terms of every memory, namespace by namespace in id order, from where an
     earlier run stopped; returns how many memories were read."""
-    async with pool.acquire() as conn:
-        start_ns, last = await db_terms.progress(conn)
-        namespaces = [r["namespace"] for r in await conn.fetch(db_terms.NAMESPACES_FROM, start_ns)]
     done = 0
-    for ns in namespaces:
-        after = last if ns == start_ns else 0
-        while True:
-            async with pool.acquire() as conn:
-                rows = await conn.fetch(db_terms.NEXT_BATCH, ns, after, batch)
-            if not rows:
-                break
-            texts = [memory_text(r["title"], r["content"]) for r in rows]
-            new = await asyncio.to_thread(_terms, nlp, texts)
-            ids = [r["id"] for r in rows]
-            await db_terms.replace_terms(pool, ns, ids, new)
-            after = ids[-1]
-            done += len(rows)
-            if log is not None:
-                log(f"{ns}: {done} memories re-tokenized")
+    async for ns, rows in batches(pool, db_terms.PROGRESS_KEY, _next_batch, batch=batch):
+        texts = [memory_text(r["title"], r["content"]) for r in rows]
+        new = await asyncio.to_thread(_terms, nlp, texts)
+        await db_terms.replace_terms(pool, ns, [r["id"] for r in rows], new)
+        done += len(rows)
+        if log is not None:
+            log(f"{ns}: {done} memories re-tokenized")
     await db_terms.finish(pool, TOKENIZER_VERSION)
     return done
+
+
+async def _next_batch(
+    conn: asyncpg.Connection, namespace: str, after: int, limit: int
+) -> list[asyncpg.Record]:
+    return list(await conn.fetch(db_terms.NEXT_BATCH, namespace, after, limit))
 
 
 __all__ = ["BATCH", "outdated", "retokenize"]

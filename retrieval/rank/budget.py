@@ -1,4 +1,4 @@
-"""A response budget (issue #25): the results fitted into `options.max_chars` characters.
+"""A response budget: the results fitted into `options.max_chars` characters.
 
 Best first, each result is returned whole (content and its context) when that fits what is
 left; else as its highlight alone (content cut to the part that answers, `cut` set, context

@@ -138,7 +138,7 @@ def choose_seeds(
     """The first wave's best `expand_seeds` candidates, scored as the reranker scores them
     (fused, then the character n-gram signal on the best `rerank_top`, a long memory's on its
     highlight as far as the first wave can tell) and scaled so the best is 1; after the
-    memories the caller named (the current turn's context), which count as 1."""
+    memories the caller named (the conversation's own memories), which count as 1."""
     fused = sorted(
         fuse_first_wave(per_source, preset).values(), key=lambda f: f.score, reverse=True
     )

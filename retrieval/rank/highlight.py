@@ -1,4 +1,4 @@
-"""The part of a memory that answers (issue #25): a result's highlight, and what the n-gram
+"""The part of a memory that answers: a result's highlight, and what the n-gram
 signal reads of a long memory.
 
 A memory of at most PASSAGE_MAX_CHARS characters is its own highlight. A longer one is cut as

@@ -203,7 +203,7 @@ async def _passage_knn(
 
 def _add_passages(best: dict[int, Candidate], found: list[Candidate]) -> None:
     """Add what the passages found to `best` (in order): a memory scores its best passage when
-    that beats its own vector (max-sim), and carries the passages found (issue #25)."""
+    that beats its own vector (max-sim), and carries the passages found."""
     for c in found:
         old = best.get(c.id)
         if old is not None:

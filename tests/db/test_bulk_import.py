@@ -249,7 +249,7 @@ async def test_bytes_that_are_not_utf8_are_named_by_line(rt, ns, tmp_path):
 async def test_unusable_vectors_are_refused_before_anything_is_staged(rt, ns, tmp_path, poison):
     f = tmp_path / "m.jsonl"
     _write(f, LINES[:3])
-    v = rt.embedder.embed_passages([x["content"] for x in LINES[:3]]).astype(np.float32)
+    v = rt.embedder.embed_documents([x["content"] for x in LINES[:3]]).astype(np.float32)
     if poison == 0.0:
         v[2] = 0.0
     else:
@@ -319,7 +319,7 @@ def test_cli_reports_a_database_failure_without_a_traceback(rt, tmp_path, monkey
 
 async def test_an_import_publishes_long_memories_with_their_passages(rt, ns, tmp_path):
     from retrieval.analysis.passages import split_passages
-    from tests.test_passages import LONG
+    from tests.rank.test_passages import LONG
 
     f = tmp_path / "long.jsonl"
     _write(f, [{"id": "doc", "content": LONG}, {"id": "note", "content": "短いメモ"}])

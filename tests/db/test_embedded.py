@@ -22,12 +22,14 @@ GB = 2**30
 @pytest.mark.parametrize(
     ("ram", "shared"),
     [
-        (24 * GB, "6144MB"),  # this workplace's machines: a quarter
+        (8 * GB, "512MB"),  # a developer's laptop: a sixteenth
+        (24 * GB, "1024MB"),  # this workplace's machines: capped at 1 GB
         (256 * 2**20, "128MB"),  # never below PostgreSQL's own default
-        (128 * GB, "8192MB"),  # never above 8 GB
+        (128 * GB, "1024MB"),  # never above 1 GB unless asked for
     ],
 )
-def test_auto_gives_a_quarter_of_the_ram_within_bounds(ram: int, shared: str) -> None:
+def test_auto_suits_a_developer_machine(ram: int, shared: str) -> None:
+    """`auto` was a quarter of the RAM (6 GB here) for a server a developer starts by hand."""
     got = memory_settings(ram)
     assert got["shared_buffers"] == shared
     # The planner may count on the OS cache for three quarters of the RAM (512 MB at least).

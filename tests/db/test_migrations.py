@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import asyncpg
@@ -192,3 +193,14 @@ async def _old_store(rt, tmp_path, name: str, *, up_to: int) -> AsyncIterator[as
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{db}"')
         await admin.close()
+
+
+def test_a_folder_without_migrations_is_an_error_not_an_empty_schema(tmp_path, monkeypatch):
+    """A plain `pip install .` shipped no migrations: the start found none, applied none, and
+    failed later on `unknown type: public.vector`. Now the migrations ship inside `db`, and a
+    folder without any says so at once."""
+    assert migrations.migrations_dir().parent == Path(migrations.__file__).resolve().parent
+    assert len(migrations.load_migrations()) >= 14
+    monkeypatch.setenv("RETRIEVAL_MIGRATIONS_DIR", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="RETRIEVAL_MIGRATIONS_DIR"):
+        migrations.load_migrations()

@@ -27,7 +27,6 @@ What it does for the caller:
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -197,6 +196,14 @@ class _Base:
             self._lsn[report.namespace] = report.lsn
 
 
+async def _sleep(seconds: float) -> None:
+    # asyncio is loaded by the first async call, not by `import retrieval_client`: a blocking
+    # caller does not pay its ~40 ms of import.
+    import asyncio
+
+    await asyncio.sleep(seconds)
+
+
 def _segment(value: str) -> str:
     """A path segment: the id's characters escaped (an id may hold '?', '#', spaces ...)."""
     return quote(value, safe="")
@@ -342,7 +349,7 @@ class AsyncRetrievalClient(_Base):
                     raise
             if response is not None and not self._may_retry(call, response, attempt):
                 return self._read(call, response)
-            await asyncio.sleep(self._wait_s(response, attempt))
+            await _sleep(self._wait_s(response, attempt))
             attempt += 1
 
     async def retrieve(
@@ -375,7 +382,7 @@ class AsyncRetrievalClient(_Base):
         while job.state in ("queued", "running"):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {job.id} still {job.state} after {timeout_s} s")
-            await asyncio.sleep(poll_s)
+            await _sleep(poll_s)
             job = await self.job(job.id, job.namespace)
         self._note_written(job.report)
         return job

@@ -302,7 +302,7 @@ async def test_the_vector_legs_two_searches_fail_and_stop_together(rt, ns, monke
 
     from retrieval.search import vector as sources
     from retrieval.search.run import leg_connection
-    from tests.test_passages import LONG
+    from tests.rank.test_passages import LONG
 
     await _ingest(rt, ns, [{"id": "long", "content": LONG}, {"id": "short", "content": "光合成"}])
     vec = np.asarray(rt.embedder.embed_query("光合成の仕組み"), np.float32)

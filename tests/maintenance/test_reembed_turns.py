@@ -32,7 +32,7 @@ async def _alone(rt, ns) -> dict[str, np.ndarray]:
         )
         out = {}
         for r in rows:
-            v = rt.embedder.embed_passages([r["content"]])[0]
+            v = rt.embedder.embed_documents([r["content"]])[0]
             await conn.execute(
                 "UPDATE memories SET embedding = $2 WHERE id = $1", r["id"], Vector(v)
             )

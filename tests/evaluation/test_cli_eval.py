@@ -123,7 +123,7 @@ def test_eval_on_multihop_dev(env, capsys, queries, qrels, hit5, mrr):
     d = shared_file("eval", "multihop_dev")
     if not d.exists():
         pytest.skip("shared/eval not present")
-    data = Path(__file__).parent / "data"
+    data = Path(__file__).parent.parent / "data"
     q = data / queries if queries else d / "queries.jsonl"
     r = data / qrels if qrels else d / "qrels.tsv"
     args = ["eval", "--corpus", str(d / "corpus.jsonl"), "--queries", str(q), "--qrels", str(r)]
@@ -353,6 +353,10 @@ def test_eval_suite_prints_one_table_and_compares(env, tmp_path, capsys):
     # a set that is not there, a saved run that is not one: a message, not a traceback
     assert main(["eval-suite", "--dir", str(tmp_path), "--sets", "jsquad"]) == 2
     assert "missing jsquad" in capsys.readouterr().err
+    # no sets folder at all (a checkout without ../shared): one line saying where to point
+    assert main(["eval-suite", "--dir", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "point --dir" in err
     bad = tmp_path / "bad.json"
     bad.write_text("[]")
     assert main([*args, "--compare", str(bad)]) == 2

