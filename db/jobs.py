@@ -1,9 +1,11 @@
-"""The write-job queue (migration 0012): enqueue, claim under a lease, renew, finish, read.
+"""The write-job queue (migrations 0012, 0015): enqueue, claim under a lease, renew, finish,
+release, read.
 
 A job is claimed by one worker at a time: the claim takes a due job that is queued, or running
-under a lease that ran out (its worker died) — of the namespace served least recently, its
-oldest — and sets a new lease. Every later change names the owner, so a worker whose lease was
-taken over cannot finish a job another now holds.
+under a lease that ran out (its worker died) — of the tenant served least recently, its oldest
+— and sets a new lease. Every later change names the owner, so a worker whose lease was taken
+over cannot finish a job another now holds. A worker that knows an owner is dead (its own
+previous run: retrieval.ingest.jobs) hands that owner's jobs back at once.
 """
 
 from __future__ import annotations
@@ -15,16 +17,17 @@ from typing import Any
 import asyncpg
 
 ENQUEUE = """
-INSERT INTO ingest_jobs (id, namespace, items, received, ids, estimate_s)
-VALUES ($1, $2, $3::jsonb, $4, $5::text[], $6)"""
+INSERT INTO ingest_jobs (id, namespace, tenant, items, received, ids, estimate_s)
+VALUES ($1, $2, $3, $4::jsonb, $5, $6::text[], $7)"""
 
-# Unfinished jobs of a namespace ($1).
+# Unfinished jobs of a tenant ($1).
 OPEN_JOBS = """
-SELECT count(*) FROM ingest_jobs WHERE namespace = $1 AND state IN ('queued', 'running')"""
+SELECT count(*) FROM ingest_jobs WHERE tenant = $1 AND state IN ('queued', 'running')"""
 
-# $1 owner, $2 lease seconds. The namespace served least recently goes first (one that was
-# never served before all), then the oldest job: one tenant's long queue does not hold
-# another's single job behind it.
+# $1 owner, $2 lease seconds. The tenant served least recently goes first (one never served
+# before all), then the oldest job: one tenant's long queue — in however many namespaces —
+# does not hold another's single job behind it. Returns the job's items and when it was
+# accepted (an undated memory is dated then).
 CLAIM = """
 UPDATE ingest_jobs SET state = 'running', owner = $1,
        lease_until = now() + make_interval(secs => $2), attempts = attempts + 1,
@@ -33,10 +36,20 @@ WHERE id = (SELECT j.id FROM ingest_jobs j
             WHERE j.state IN ('queued', 'running') AND j.not_before <= now()
               AND (j.state = 'queued' OR j.lease_until < now())
             ORDER BY (SELECT max(o.started_at) FROM ingest_jobs o
-                      WHERE o.namespace = j.namespace) NULLS FIRST,
+                      WHERE o.tenant = j.tenant) NULLS FIRST,
                      j.created_at
             LIMIT 1 FOR UPDATE OF j SKIP LOCKED)
-RETURNING id, namespace, items, attempts"""
+RETURNING id, namespace, tenant, items, attempts, created_at, estimate_s"""
+
+# The owners of running jobs whose name starts with $1 (a host's workers).
+RUNNING_OWNERS = """
+SELECT DISTINCT owner FROM ingest_jobs WHERE state = 'running' AND starts_with(owner, $1)"""
+
+# Hands the running jobs of dead owners ($1) back to the queue at once; how many.
+RELEASE_DEAD = """
+UPDATE ingest_jobs SET state = 'queued', owner = NULL, lease_until = NULL,
+       error = 'its worker stopped before finishing it; taken up again'
+WHERE state = 'running' AND owner = ANY($1::text[])"""
 
 # $1 id, $2 owner, $3 lease seconds; no row when the lease is no longer this owner's.
 RENEW = """
@@ -71,18 +84,20 @@ FROM ingest_jobs WHERE namespace = $1 AND id = $2"""
 async def enqueue(
     conn: asyncpg.Connection,
     namespace: str,
+    tenant: str,
     items: list[dict[str, Any]],
     ids: list[str],
     estimate_s: float,
     *,
     timeout_s: float | None,
 ) -> uuid.UUID:
-    """Store a validated batch as a queued job; its id."""
+    """Store a validated batch as a queued job of `tenant`; its id."""
     job_id = uuid.uuid4()
     await conn.execute(
         ENQUEUE,
         job_id,
         namespace,
+        tenant,
         dump(items),
         len(items),
         ids,

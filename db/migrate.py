@@ -109,10 +109,15 @@ async def migrate(
     return applied_now
 
 
-async def pending(conn: asyncpg.Connection, folder: Path | None = None) -> list[int]:
+async def pending(
+    conn: asyncpg.Connection, folder: Path | None = None, *, timeout_s: float | None = None
+) -> list[int]:
     """Versions not yet applied (all of them when the record table is missing)."""
-    exists = await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL")
+    exists = await conn.fetchval(
+        "SELECT to_regclass('schema_migrations') IS NOT NULL", timeout=timeout_s
+    )
     done: set[int] = set()
     if exists:
-        done = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+        rows = await conn.fetch("SELECT version FROM schema_migrations", timeout=timeout_s)
+        done = {r["version"] for r in rows}
     return [m.version for m in load_migrations(folder) if m.version not in done]

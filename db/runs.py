@@ -9,6 +9,8 @@ from typing import Any
 
 import asyncpg
 
+from db.session import session
+
 # Stores one run.
 INSERT_RUN = """
 INSERT INTO retrieval_runs (run_id, namespace, query, strategy, plan, candidate_ids, selected_ids, latencies, degraded)
@@ -32,9 +34,10 @@ async def insert_run(
     selected_ids: list[str],
     latencies: dict[str, Any],
     degraded: list[str],
+    timeout_s: float = 5.0,
 ) -> None:
-    """Write one run record."""
-    async with pool.acquire() as conn:
+    """Write one run record, within `timeout_s` whatever the server's state."""
+    async with session(pool, timeout_s) as conn:
         await conn.execute(
             INSERT_RUN,
             uuid.UUID(run_id),
@@ -46,6 +49,7 @@ async def insert_run(
             selected_ids,
             latencies,
             degraded,
+            timeout=timeout_s,
         )
 
 
@@ -58,7 +62,7 @@ async def get_run(
 ) -> dict[str, Any] | None:
     """One run as a dict, or None (also when its namespace is not one of `namespaces`)."""
     scope = sorted(namespaces) if namespaces is not None else None
-    async with pool.acquire(timeout=timeout_s) as conn:
+    async with session(pool, timeout_s if timeout_s is not None else 60.0) as conn:
         row = await conn.fetchrow(GET_RUN, uuid.UUID(run_id), scope, timeout=timeout_s)
     if row is None:
         return None
@@ -82,6 +86,10 @@ DELETE FROM {table} WHERE ctid = ANY (ARRAY(
 }
 
 
+# One purge statement's deadline (a batch of old rows).
+PURGE_TIMEOUT_S = 60.0
+
+
 async def purge_old(pool: asyncpg.Pool, days: int, *, batch: int = 5000) -> dict[str, int]:
     """Delete run-log, feedback and finished write-job rows older than `days`, `batch` rows per
     statement (short transactions, no long lock); returns the rows deleted per table."""
@@ -89,8 +97,8 @@ async def purge_old(pool: asyncpg.Pool, days: int, *, batch: int = 5000) -> dict
     for table, sql in _PURGE.items():
         total = 0
         while True:
-            async with pool.acquire() as conn:
-                status = await conn.execute(sql, days, batch)
+            async with session(pool, PURGE_TIMEOUT_S) as conn:
+                status = await conn.execute(sql, days, batch, timeout=PURGE_TIMEOUT_S)
             n = int(status.split()[-1])
             total += n
             if n < batch:

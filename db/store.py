@@ -18,6 +18,7 @@ import numpy as np
 from pgvector import Vector
 
 from db.errors import WriteConflict
+from db.session import session
 
 logger = logging.getLogger(__name__)
 
@@ -278,16 +279,22 @@ async def upsert(
     pool: asyncpg.Pool, namespace: str, rows: Sequence[MemoryRow], *, timeout_s: float | None
 ) -> int:
     """Write rows (and replace their entities and links) in one transaction, retried when it
-    loses a deadlock; returns how many rows were inserted (the rest were updated)."""
+    loses a deadlock; returns how many rows were inserted (the rest were updated). The whole
+    write, its waits included, ends within `timeout_s` whatever the server's state
+    (db.session); None: the pool's own bounds."""
     if not rows:
         return 0
-    async with pool.acquire(timeout=timeout_s) as conn:
+    async with session(pool, timeout_s if timeout_s is not None else 3600.0) as conn:
         await ensure_weeks(conn, [r.created_at for r in rows if r.created_at], timeout_s)
         for attempt in range(WRITE_ATTEMPTS):
             try:
-                async with conn.transaction():
-                    return await _upsert_once(conn, namespace, rows, timeout_s)
+                await conn.execute("BEGIN", timeout=timeout_s)
+                inserted = await _upsert_once(conn, namespace, rows, timeout_s)
+                await conn.execute("COMMIT", timeout=timeout_s)
+                return inserted
             except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as exc:
+                # The server answered: the transaction is aborted, the connection fine.
+                await conn.execute("ROLLBACK", timeout=timeout_s)
                 if attempt == WRITE_ATTEMPTS - 1:
                     raise WriteConflict(
                         f"write lost {WRITE_ATTEMPTS} deadlocks in a row: {exc}"

@@ -281,6 +281,8 @@ class RetrievalOptions:
     # Read-your-writes across processes: the `lsn` a write answered with; a replica answers
     # only once it has replayed that far (this process also remembers its own writes).
     after_lsn: str | None = None
+    # Who pays for it (retrieval.tenants: the API key, or the namespace); None: the namespace.
+    tenant: str | None = None
 
 
 @dataclass(frozen=True)

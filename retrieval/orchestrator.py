@@ -85,6 +85,7 @@ class Orchestrator:
         *,
         timezone: str = "Asia/Tokyo",
         source_timeout_ms: int = 800,
+        request_timeout_ms: int | None = None,
         limits: RequestLimits | None = None,
         log_runs: bool = True,
         sources: Mapping[Source, SourceFn] = SOURCES,
@@ -103,6 +104,9 @@ class Orchestrator:
         self.embedder = embedder
         self.tz = ZoneInfo(timezone)
         self.source_timeout_ms = source_timeout_ms
+        # The whole request's database work (both waves and the neighbours) ends by then: three
+        # legs' deadlines unless told.
+        self.request_timeout_s = (request_timeout_ms or 3 * source_timeout_ms) / 1000.0
         self.limits = limits or RequestLimits()
         self.max_request_connections = max_request_connections
         self.log_runs = log_runs
@@ -130,6 +134,7 @@ class Orchestrator:
         """Answer one query; a failing or slow leg degrades the answer, never fails it."""
         options = options or RetrievalOptions()
         t0 = time.perf_counter()
+        deadline = asyncio.get_running_loop().time() + self.request_timeout_s
         q, zone = check_request(query, options, self.limits, self.tz)
         now = aware(options.now, zone) or datetime.now(zone)
         # A naive time_range is read in the request's zone too (as its time words are).
@@ -137,9 +142,12 @@ class Orchestrator:
         clock = _StageClock()
         # The embedding (the costliest stage) overlaps the analysis and the legs that need no
         # vector: those start as soon as the analysis has chosen the plan.
-        deadline = time.monotonic() + self.source_timeout_ms / 1000.0
         embedding = self.embeddings.start(
-            options.namespace, q, options.recent_conversation, deadline
+            options.namespace,
+            options.tenant or options.namespace,
+            q,
+            options.recent_conversation,
+            time.monotonic() + self.source_timeout_ms / 1000.0,
         )
         try:
             intent = await asyncio.to_thread(
@@ -150,7 +158,7 @@ class Orchestrator:
             raise
         p = self._plan(intent, options)
         window = options.time_range or p.time_range
-        run = self._search_run(intent, options, p, window, now)
+        run = replace(self._search_run(intent, options, p, window, now), deadline=deadline)
         searched = await self._search(run, p, embedding, options, clock)
         require_an_answer(p.preset, searched.reports)
         # Off the event loop: the n-gram signal over long uncached memories is CPU work.

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
+from db.session import session
 from retrieval import metrics as m
 
 logger = logging.getLogger(__name__)
@@ -163,8 +164,8 @@ class ReadRouter:
         round trip) without replicas."""
         if not self.replicas:
             return None
-        async with self.primary.acquire(timeout=self.check_timeout_s) as conn:
-            lsn = str(await conn.fetchval(PRIMARY_LSN_SQL, timeout=self.check_timeout_s))
+        row = await _fetchrow(self.primary, PRIMARY_LSN_SQL, (), self.check_timeout_s)
+        lsn = str(row[0]) if row is not None else ""
         self._written[namespace] = max(self._written.get(namespace, 0), lsn_value(lsn))
         return lsn
 
@@ -181,9 +182,8 @@ class ReadRouter:
     async def check(self) -> None:
         """Read every replica's state once (and the primary's WAL position to compare)."""
         try:
-            primary_lsn = lsn_value(
-                await self.primary.fetchval(PRIMARY_LSN_SQL, timeout=self.check_timeout_s)
-            )
+            row = await _fetchrow(self.primary, PRIMARY_LSN_SQL, (), self.check_timeout_s)
+            primary_lsn = lsn_value(row[0] if row is not None else None)
         except Exception as exc:  # the primary is down: replicas keep their last state
             logger.warning("replica check: primary unreachable: %s", exc)
             return
@@ -194,7 +194,7 @@ class ReadRouter:
             if r.pool is None:
                 r.pool = await asyncio.wait_for(self.connect(r.dsn), self.check_timeout_s * 5)
             pool: asyncpg.Pool = r.pool
-            row = await pool.fetchrow(REPLICA_STATE_SQL, timeout=self.check_timeout_s)
+            row = await _fetchrow(pool, REPLICA_STATE_SQL, (), self.check_timeout_s)
             assert row is not None
             if not row["standby"]:
                 raise RuntimeError("not a standby (promoted?): writes would not reach it")
@@ -225,5 +225,5 @@ class ReadRouter:
 async def _fetchrow(
     pool: asyncpg.Pool, query: str, args: tuple[Any, ...], timeout: float | None
 ) -> asyncpg.Record | None:
-    async with pool.acquire(timeout=timeout) as conn:
+    async with session(pool, timeout if timeout is not None else 60.0) as conn:
         return await conn.fetchrow(query, *args, timeout=timeout)

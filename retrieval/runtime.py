@@ -113,6 +113,7 @@ async def open_runtime(
         embedder,
         timezone=settings.timezone,
         source_timeout_ms=settings.source_timeout_ms,
+        request_timeout_ms=settings.request_timeout_ms,
         limits=RequestLimits.of(settings),
         log_runs=settings.log_runs,
         embed_cache_bytes=settings.embed_cache_bytes,
@@ -122,6 +123,7 @@ async def open_runtime(
         unavailable={Source.TRIGRAM: missing["pg_trgm"]} if "pg_trgm" in missing else {},
     )
     meter = EmbedMeter(embedder)
+    budget = TenantBudget(settings.tenant_cpu_share, max_wait_s=settings.tenant_max_wait_s)
     jobs = WriteJobs(
         pool,
         nlp,
@@ -132,8 +134,8 @@ async def open_runtime(
         write_timeout_s=settings.write_timeout_s,
         max_open=settings.max_open_jobs,
         work=settings.job_worker,
+        budget=budget,
     )
-    budget = TenantBudget(settings.tenant_cpu_share, max_wait_s=settings.tenant_max_wait_s)
     return Runtime(
         settings, dsn, pool, nlp, analyzer, embedder, orch, router, meter, jobs, budget, missing
     )

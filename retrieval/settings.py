@@ -88,6 +88,9 @@ class Settings(BaseSettings):
     # Search
     hnsw_ef_search: int = Field(default=200, ge=10, le=1000)
     source_timeout_ms: int = Field(default=800, ge=1, le=600_000)
+    # A retrieval's whole database work (its legs, the hops, the neighbours) ends by this many
+    # milliseconds after it starts, whatever the database's state; unset: three legs' deadlines.
+    request_timeout_ms: int | None = Field(default=None, ge=1, le=3_600_000)
     log_runs: bool = True
     # Days a retrieval run and a feedback event are kept (0 = for ever); the service deletes
     # older ones in batches, hourly.

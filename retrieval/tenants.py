@@ -1,28 +1,34 @@
-"""Each tenant's share of the service's processing time: what one namespace asks for is paid
-for by that namespace, not by every caller beside it.
+"""Each tenant's share of the service's processing time: what one caller asks for is paid for by
+that caller, not by every caller beside it.
+
+A tenant is an API key — whatever namespaces it names, they are one caller's — or, when no keys
+are configured, a namespace (`tenant_of`). Every bound that protects the others is per tenant:
+this processing share, the query-embedding backlog (retrieval.embedding.query), the open write
+jobs and the order jobs are served in (retrieval.ingest.jobs).
 
 The limits bound a single request (query and conversation sizes, limit, context window); they
 do not bound how many such requests one tenant sends. A tenant sending the most expensive
-request the limits allow, one after another, kept about a core busy (a 2,000-character query
+request the limits allow, one after another, keeps about a core busy (a 2,000-character query
 of new text and its conversation: ~0.7 s of embedding each, plus analysis and n-gram scoring),
-and on this 2-core machine the other tenants' p95 doubled.
+which on a 2-core machine doubles the other tenants' p95.
 
-So every namespace has a bucket of processing seconds: it fills at `share` seconds a second up
-to `burst_s` (by default eight seconds' worth), and each retrieval takes out what it cost: the
-CPU seconds of its analysis and reranking (measured on their threads) and the embedding of its
-uncached texts (estimated from the measured rate, as the embedding lane does). A namespace
-whose bucket is empty waits (asleep: it holds nothing) until it is refilled, at most
-`max_wait_s`; past that it is refused with Overloaded (429) and the seconds still to wait. An
-ordinary question costs a few milliseconds (its embedding is cached after the first time, ~30
-ms before), so only a tenant that keeps asking for seconds of work a second ever waits.
+So every tenant has a bucket of processing seconds: it fills at `share` seconds a second up to
+`burst_s` (by default eight seconds' worth), and each retrieval takes out what it cost: the CPU
+seconds of its analysis and reranking (measured on their threads) and the embedding of its
+uncached texts (estimated from the measured rate, as the embedding lane does); a write takes out
+its embedding (estimated before, measured after) and a queued write job what it cost when it
+ran. A tenant whose bucket is empty waits (asleep: it holds nothing) until it is refilled, at
+most `max_wait_s`; past that it is refused with Overloaded (429) and the seconds still to wait.
+An ordinary question costs a few milliseconds (its embedding is cached after the first time,
+~30 ms before), so only a tenant that keeps asking for seconds of work a second ever waits.
 Database time is not counted: it is bounded per request by the connection budget and the legs'
 deadlines, and its wall time grows with everyone's load (counting it would throttle the tenants
 who suffer a busy database).
 
-A retrieval is charged in advance what its namespace's last ones cost (so that many requests
-sent at once cannot all pass an empty bucket), and the difference once it is done.
+A request is charged in advance what its tenant's last ones cost (so that many requests sent at
+once cannot all pass an empty bucket), and the difference once it is done.
 
-The share holds only while another namespace is being served (within the last `ACTIVE_S`): a
+The share holds only while another tenant is being served (within the last `ACTIVE_S`): a
 tenant alone on the service may use all of it (a benchmark, a bulk evaluation), and while it is
 alone its bucket does not go into debt, so it meets the others with at most its burst.
 """
@@ -30,6 +36,7 @@ alone its bucket does not go into debt, so it meets the others with at most its 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import time
 from collections.abc import Callable
@@ -38,21 +45,34 @@ from dataclasses import dataclass
 from retrieval import metrics as m
 from retrieval.errors import Overloaded
 
-# Namespaces held before full buckets (those that owe nothing) are forgotten.
+
+def tenant_of(key_id: str | None, namespace: str) -> str:
+    """Who pays for a request: its API key (named by a digest: a key is never kept or shown in
+    the clear), or its namespace when no keys are configured."""
+    return f"key:{key_id}" if key_id is not None else f"ns:{namespace}"
+
+
+def key_id(key: str) -> str:
+    """A key's stable name: a digest, not the key."""
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+# Tenants held before full buckets (those that owe nothing) are forgotten.
 MAX_TRACKED = 10_000
-# Another namespace served this recently means the service is shared now.
+# Another tenant served this recently means the service is shared now.
 ACTIVE_S = 2.0
 
 
 @dataclass
 class _Bucket:
-    level: float  # seconds of processing the namespace may still take now
+    level: float  # seconds of processing the tenant may still take now
     at: float  # when `level` was computed (the clock's time)
-    typical: float = 0.0  # what a retrieval of this namespace cost lately (moving average)
+    typical: float = 0.0  # what a request of this tenant cost lately (moving average)
 
 
 class TenantBudget:
-    """admit(namespace) before a retrieval (waits, or raises Overloaded), settle() after."""
+    """admit(tenant) before a request (waits, or raises Overloaded), settle() after; charge()
+    for work done without asking (a write job)."""
 
     def __init__(
         self,
@@ -67,18 +87,18 @@ class TenantBudget:
         self.max_wait_s = max_wait_s
         self.clock = clock
         self._buckets: dict[str, _Bucket] = {}
-        self._active: dict[str, float] = {}  # namespace -> last served (within ACTIVE_S)
+        self._active: dict[str, float] = {}  # tenant -> last served (within ACTIVE_S)
 
     @property
     def enabled(self) -> bool:
         return self.share > 0
 
-    def _refilled(self, namespace: str, now: float) -> _Bucket:
-        b = self._buckets.get(namespace)
+    def _refilled(self, tenant: str, now: float) -> _Bucket:
+        b = self._buckets.get(tenant)
         if b is None:
             if len(self._buckets) >= MAX_TRACKED:
                 self._forget_full(now)
-            b = self._buckets[namespace] = _Bucket(self.burst_s, now)
+            b = self._buckets[tenant] = _Bucket(self.burst_s, now)
         b.level = min(self.burst_s, b.level + (now - b.at) * self.share)
         b.at = now
         return b
@@ -91,23 +111,23 @@ class TenantBudget:
         ]:
             del self._buckets[ns]
 
-    def _shared(self, namespace: str, now: float) -> bool:
-        """Whether another namespace was served within ACTIVE_S (and mark this one served)."""
+    def _shared(self, tenant: str, now: float) -> bool:
+        """Whether another tenant was served within ACTIVE_S (and mark this one served)."""
         for ns in [ns for ns, t in self._active.items() if now - t > ACTIVE_S]:
             del self._active[ns]
-        self._active[namespace] = now
+        self._active[tenant] = now
         return len(self._active) > 1
 
-    async def admit(self, namespace: str) -> float:
-        """Wait until `namespace` may start a retrieval; the advance charged (pass it to
+    async def admit(self, tenant: str) -> float:
+        """Wait until `tenant` may start a request; the advance charged (pass it to
         settle). Overloaded when that would take longer than max_wait_s."""
         if not self.enabled:
             return 0.0
         waited = 0.0
         while True:
             now = self.clock()
-            b = self._refilled(namespace, now)
-            if not self._shared(namespace, now):
+            b = self._refilled(tenant, now)
+            if not self._shared(tenant, now):
                 b.level = max(b.level, 0.0)  # alone: nothing is owed
             if b.level >= 0:
                 b.level -= b.typical
@@ -118,8 +138,9 @@ class TenantBudget:
             if waited >= self.max_wait_s:
                 m.TENANT_REFUSED.inc()
                 raise Overloaded(
-                    f"namespace {namespace!r} has used its share of the service's processing "
-                    f"time ({self.share:g} s a second); retry in {math.ceil(wait)} s",
+                    "this caller (its API key, or its namespace without keys) has used its "
+                    f"share of the service's processing time ({self.share:g} s a second); "
+                    f"retry in {math.ceil(wait)} s",
                     retry_after_s=math.ceil(wait),
                 )
             # A refusal comes after max_wait_s too: a client that ignores Retry-After and asks
@@ -128,13 +149,23 @@ class TenantBudget:
             await asyncio.sleep(step)
             waited += step
 
-    def settle(self, namespace: str, advance: float, cost_s: float) -> None:
-        """A retrieval admitted with `advance` cost `cost_s` seconds of processing."""
+    def charge(self, tenant: str, cost_s: float) -> None:
+        """Work done for `tenant` without asking first (a queued write job when it ran): taken
+        out of its bucket, which its next requests wait for."""
+        if self.enabled and cost_s > 0:
+            now = self.clock()
+            b = self._refilled(tenant, now)
+            b.level -= cost_s
+            if not self._shared(tenant, now):
+                b.level = max(b.level, 0.0)
+
+    def settle(self, tenant: str, advance: float, cost_s: float) -> None:
+        """A request admitted with `advance` cost `cost_s` seconds of processing."""
         if not self.enabled:
             return
         now = self.clock()
-        b = self._refilled(namespace, now)
+        b = self._refilled(tenant, now)
         b.level -= cost_s - advance
-        if not self._shared(namespace, now):
+        if not self._shared(tenant, now):
             b.level = max(b.level, 0.0)
         b.typical = cost_s if b.typical == 0 else 0.7 * b.typical + 0.3 * cost_s

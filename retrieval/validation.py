@@ -50,10 +50,14 @@ def check_text(value: str) -> str:
 
 
 def check_id(value: str) -> str:
-    """An id that a URL path can address: no '/', no control characters, no lone surrogate."""
+    """An id that a URL path can address: no '/', no control characters, no lone surrogate,
+    and not `.` or `..` (a path segment that URLs resolve away: stored, it could never be read
+    or archived again)."""
     check_text(value)
     if _ID_FORBIDDEN.search(value):
         raise ValueError("must not contain '/' or control characters")
+    if value in (".", ".."):
+        raise ValueError("must not be '.' or '..' (no URL can address them)")
     if value != value.strip():
         raise ValueError("must not start or end with white space")
     return value

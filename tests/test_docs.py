@@ -33,7 +33,9 @@ def test_every_file_the_architecture_names_is_there():
     named = set(re.findall(r"`((?:retrieval|db|clients|deploy|tests)/[\w/.]+?\.(?:py|yaml))`", doc))
     named |= {
         f"retrieval/{p}"
-        for p in re.findall(r"`((?:analysis|embedding|search|rank|ingest|api|cli)/[\w/]+\.py)`", doc)
+        for p in re.findall(
+            r"`((?:analysis|embedding|search|rank|ingest|api|cli)/[\w/]+\.py)`", doc
+        )
     }
     assert len(named) > 30
     missing = sorted(p for p in named if not (ROOT / p).exists())

@@ -1,14 +1,16 @@
-"""What routes receive: the runtime and the caller's namespace scope (bearer keys)."""
+"""What routes receive: the runtime and the caller (its key's namespaces, its tenant)."""
 
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
 from retrieval.errors import Forbidden, StoreUnavailable, Unauthorized
 from retrieval.runtime import Runtime
+from retrieval.tenants import key_id, tenant_of
 
 
 async def get_runtime(request: Request) -> Runtime:
@@ -37,25 +39,38 @@ def bearer_token(authorization: str | None) -> str | None:
     return None
 
 
-async def get_scope(
+@dataclass(frozen=True)
+class Caller:
+    """Who calls: the namespaces its key may use (None: any) and its key (None: no keys are
+    configured). A tenant is the key — what one key asks is paid by that key, however many
+    namespaces it names — or, without keys, the namespace."""
+
+    scope: frozenset[str] | None
+    key_id: str | None
+
+    def check(self, namespace: str) -> None:
+        """403 unless the caller's key may use namespace."""
+        if self.scope is not None and namespace not in self.scope:
+            raise Forbidden(f"this API key may not use namespace {namespace!r}")
+
+    def tenant(self, namespace: str) -> str:
+        """Whose share a request in `namespace` is charged to."""
+        return tenant_of(self.key_id, namespace)
+
+
+async def get_caller(
     request: Request, authorization: Annotated[str | None, Header()] = None
-) -> frozenset[str] | None:
-    """None = any namespace; a set = only these. 401 when keys are configured and none fits."""
+) -> Caller:
+    """The caller; 401 when keys are configured and none fits."""
     keys: dict[str, frozenset[str] | None] = request.app.state.api_keys
     if not keys:
-        return None
+        return Caller(None, None)
     token = bearer_token(authorization)
     found, scope = find_key(keys, token) if token else (False, None)
-    if not found:
+    if not found or token is None:
         raise Unauthorized("missing or unknown API key (Authorization: Bearer <key>)")
-    return scope
-
-
-def check_scope(scope: frozenset[str] | None, namespace: str) -> None:
-    """403 unless the caller's key may use namespace."""
-    if scope is not None and namespace not in scope:
-        raise Forbidden(f"this API key may not use namespace {namespace!r}")
+    return Caller(scope, key_id(token))
 
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
-ScopeDep = Annotated[frozenset[str] | None, Depends(get_scope)]
+CallerDep = Annotated[Caller, Depends(get_caller)]

@@ -32,6 +32,9 @@ from retrieval_client.models import (
     Problem,
 )
 
+# The largest token budget a request can name.
+MAX_TOKENS = 10**12
+
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 
 NamespaceStr = Annotated[
@@ -112,6 +115,9 @@ class RetrieveOptionsIn(BaseModel):
     max_tokens: int | None = Field(
         default=None,
         ge=1,
+        # Any more is no budget at all (at most MAX_BUDGET_CHARS characters are ever returned);
+        # far more was a float overflow (500) in the product below.
+        le=MAX_TOKENS,
         description="A budget in tokens, counted as `chars_per_token` characters a token "
         "(required with it); with max_chars too, the smaller budget holds.",
     )
@@ -207,8 +213,9 @@ QUEUED: dict[int | str, dict[str, Any]] = {
     },
     429: {
         "model": Problem,
-        "description": "the namespace has RETRIEVAL_MAX_OPEN_JOBS write jobs unfinished; see "
-        "Retry-After",
+        "description": "the caller (its API key; without keys, its namespace) has "
+        "RETRIEVAL_MAX_OPEN_JOBS write jobs unfinished, or has used its share of the service's "
+        "processing time; see Retry-After",
     },
 }
 
@@ -216,8 +223,9 @@ QUEUED: dict[int | str, dict[str, Any]] = {
 OVER_SHARE: dict[int | str, dict[str, Any]] = {
     429: {
         "model": Problem,
-        "description": "the namespace has used its share of the service's processing time "
-        "(RETRIEVAL_TENANT_CPU_SHARE) for longer than RETRIEVAL_TENANT_MAX_WAIT_S: see Retry-After",
+        "description": "the caller (its API key; without keys, its namespace) has used its share "
+        "of the service's processing time (RETRIEVAL_TENANT_CPU_SHARE) for longer than "
+        "RETRIEVAL_TENANT_MAX_WAIT_S: see Retry-After",
     },
 }
 

@@ -8,7 +8,8 @@ So:
 - each text is cut (`QUERY_EMBED_MAX_CHARS`: the query's start, the conversation text's end),
 - a text is started only if it can finish before the request's deadline (its characters times
   the measured CPU seconds per character), and not at all once the request has given up,
-- a namespace may have at most `max_pending_s` estimated seconds of long embeddings in flight;
+- a tenant (retrieval.tenants: an API key, or a namespace without keys) may have at most
+  `max_pending_s` estimated seconds of long embeddings in flight;
   past that its request is answered without vectors (its vector legs say why), never queued,
 - a text that should take more than `LONG_EMBED_S` runs on a background thread (nice 19): the
   others' short queries go first, and a long query pays for its own length (its vector legs may
@@ -45,7 +46,7 @@ LONG_EMBED_S = 0.15
 
 
 class EmbeddingBusy(EmbeddingError):
-    """This namespace's earlier queries are still being embedded; this one gets no vectors."""
+    """This tenant's earlier queries are still being embedded; this one gets no vectors."""
 
 
 class QueryEmbeddings:
@@ -90,61 +91,62 @@ class QueryEmbeddings:
         deadline: float,
         given_up: threading.Event,
         costs: list[float] | None = None,
+        *,
+        tenant: str | None = None,
     ) -> asyncio.Future[list[np.ndarray]]:
         """The texts' vectors (in order; a text that cannot finish by `deadline`, a monotonic
-        time, and those after it are left out); EmbeddingBusy at once when the namespace has
-        too much embedding in flight. `costs`: self.costs(namespace, texts), when known."""
+        time, and those after it are left out; cached per namespace); EmbeddingBusy at once when
+        the tenant (retrieval.tenants; default the namespace) has too much embedding in flight.
+        `costs`: self.costs(namespace, texts), when known."""
         if costs is None:
             costs = self.costs(namespace, texts)
+        payer = tenant or namespace
         cost = sum(costs)
         long = any(c > LONG_EMBED_S for c in costs)
         if long:
             with self._lock:
-                if (
-                    self._pending[namespace] + cost > self.max_pending_s
-                    and self._pending[namespace]
-                ):
+                if self._pending[payer] + cost > self.max_pending_s and self._pending[payer]:
                     fut: asyncio.Future[list[np.ndarray]] = (
                         asyncio.get_running_loop().create_future()
                     )
                     fut.set_exception(
                         EmbeddingBusy(
-                            "this namespace's earlier long queries are still being embedded "
-                            f"(~{self._pending[namespace]:.1f} s of work)"
+                            "this caller's earlier long queries are still being embedded "
+                            f"(~{self._pending[payer]:.1f} s of work)"
                         )
                     )
                     return fut
-                self._pending[namespace] += cost
+                self._pending[payer] += cost
         job: Future[list[np.ndarray]] = (self.background if long else self.executor).submit(
             self._embed_all, namespace, texts, deadline, given_up
         )
         if long:
-            job.add_done_callback(lambda _: self._release(namespace, cost))
+            job.add_done_callback(lambda _: self._release(payer, cost))
         return asyncio.wrap_future(job)
 
     def start(
         self,
         namespace: str,
+        tenant: str,
         query: str,
         conversation: tuple[tuple[str, str], ...],
         deadline: float,
     ) -> QueryEmbedding:
         """Embed a request's query (and its conversation text) by `deadline` (a monotonic time),
-        with the bounds above."""
+        with the bounds above, `tenant`'s backlog charged."""
         texts = query_texts(query, conversation)
         costs = self.costs(namespace, texts)
         given_up = threading.Event()
-        return QueryEmbedding(
-            self.submit(namespace, texts, deadline, given_up, costs), costs, given_up
-        )
+        vectors = self.submit(namespace, texts, deadline, given_up, costs, tenant=tenant)
+        return QueryEmbedding(vectors, costs, given_up)
 
-    def _release(self, namespace: str, cost: float) -> None:
+    def _release(self, tenant: str, cost: float) -> None:
         with self._lock:
-            left = self._pending[namespace] - cost
+            left = self._pending[tenant] - cost
             if left <= 1e-9:
-                del self._pending[namespace]
+                del self._pending[tenant]
             else:
-                self._pending[namespace] = left
+                self._pending[tenant] = left
 
     def _estimate(self, texts: list[str]) -> float:
         rate = self.meter.seconds_per_unit

@@ -17,17 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
 import time
 import uuid
 from contextlib import suppress
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import asyncpg
+import psutil
 
 from db import jobs as q
+from db.session import session
 from retrieval import metrics as m
 from retrieval.analysis.nlp import JapaneseNLP
 from retrieval.embedding.base import Embedder
@@ -36,6 +38,7 @@ from retrieval.errors import EmbeddingError, InvalidInput, Overloaded
 from retrieval.ingest.items import MemoryIn
 from retrieval.ingest.write import ingest
 from retrieval.replicas import ReadRouter
+from retrieval.tenants import TenantBudget, tenant_of
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +48,24 @@ LEASE_S = 60.0
 POLL_S = 2.0
 # Claims of one job before it is given up as failed (a job that kills its worker every time).
 MAX_ATTEMPTS = 8
+
+
+def owner_name() -> str:
+    """This worker's name in the queue: its host, process, and the process's start time (a pid
+    is reused; a process's start time is not): whoever reads it on this host can tell whether
+    the process still runs."""
+    me = psutil.Process()
+    return f"{socket.gethostname()}:{me.pid}:{int(me.create_time() * 1000)}:{uuid.uuid4().hex[:6]}"
+
+
+def alive(owner: str) -> bool:
+    """Whether the worker `owner` (owner_name, of this host) still runs."""
+    try:
+        _, pid, started, _ = owner.rsplit(":", 3)
+        proc = psutil.Process(int(pid))
+        return int(proc.create_time() * 1000) == int(started)
+    except (ValueError, psutil.Error):
+        return False
 
 
 def retry_pause_s(attempts: int) -> float:
@@ -67,35 +88,48 @@ class WriteJobs:
     max_open: int
     # Whether this process writes jobs (run); off, it only queues them for other processes.
     work: bool = True
+    # The tenants' shares: a job's embedding is charged to its tenant when it runs.
+    budget: TenantBudget | None = None
 
     def __post_init__(self) -> None:
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.owner = owner_name()
         self._wake = asyncio.Event()
 
     async def submit(
-        self, namespace: str, items: list[MemoryIn], ids: list[str], estimate_s: float
+        self,
+        namespace: str,
+        items: list[MemoryIn],
+        ids: list[str],
+        estimate_s: float,
+        *,
+        tenant: str | None = None,
     ) -> dict[str, Any]:
-        """Store a validated batch as a job (its ids fixed now); Overloaded when the namespace
-        has `max_open` unfinished jobs already."""
+        """Store a validated batch as a job of `tenant` (default the namespace's; its ids fixed
+        now); Overloaded when the tenant has `max_open` unfinished jobs already, in whatever
+        namespaces."""
+        tenant = tenant or tenant_of(None, namespace)
         rows = [
             {**it.model_dump(mode="json", exclude_none=True), "id": x}
             for it, x in zip(items, ids, strict=True)
         ]
         timeout = self.write_timeout_s
-        async with self.pool.acquire(timeout=timeout) as conn, conn.transaction():
-            # One submitter per namespace at a time, so the count below stays true.
+        async with session(self.pool, timeout, transaction="write") as conn:
+            # One submitter per tenant at a time, so the count below stays true.
             await conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended($1, 7231))",
-                namespace,
+                tenant,
                 timeout=timeout,
             )
-            open_jobs = await conn.fetchval(q.OPEN_JOBS, namespace, timeout=timeout)
+            open_jobs = await conn.fetchval(q.OPEN_JOBS, tenant, timeout=timeout)
             if open_jobs >= self.max_open:
                 raise Overloaded(
-                    f"namespace {namespace!r} has {open_jobs} write jobs not finished yet "
-                    f"(at most {self.max_open}); retry when one is done"
+                    f"this caller has {open_jobs} write jobs not finished yet "
+                    f"(at most {self.max_open}); retry when one is done",
+                    retry_after_s=int(max(estimate_s, 1.0)),
                 )
-            job_id = await q.enqueue(conn, namespace, rows, ids, estimate_s, timeout_s=timeout)
+            job_id = await q.enqueue(
+                conn, namespace, tenant, rows, ids, estimate_s, timeout_s=timeout
+            )
             row = await conn.fetchrow(q.GET_JOB, namespace, job_id, timeout=timeout)
         self._wake.set()
         return q.job_json(row)
@@ -106,7 +140,7 @@ class WriteJobs:
             key = uuid.UUID(job_id)
         except ValueError:
             return None
-        async with self.pool.acquire(timeout=self.write_timeout_s) as conn:
+        async with session(self.pool, self.write_timeout_s) as conn:
             row = await conn.fetchrow(q.GET_JOB, namespace, key, timeout=self.write_timeout_s)
         return q.job_json(row) if row is not None else None
 
@@ -114,6 +148,7 @@ class WriteJobs:
         """Claim and write jobs until cancelled (at once when this process does not work)."""
         while self.work:
             try:
+                await self.take_up_dead()
                 job = await self._claim()
             except Exception as exc:  # the database is away: look again later
                 logger.warning("write jobs: cannot claim: %s", exc)
@@ -128,12 +163,31 @@ class WriteJobs:
             except Exception:  # e.g. the database went away while marking it: its lease runs out
                 logger.exception("write job %s: left for a later claim", job["id"])
 
+    async def take_up_dead(self) -> int:
+        """Hand back at once the jobs that a worker of this host left running when it died (this
+        service's own previous run, killed or crashed), instead of waiting for their lease;
+        how many. A worker of another host is waited for (its lease runs out)."""
+        host = socket.gethostname() + ":"
+        async with session(self.pool, self.write_timeout_s) as conn:
+            owners = [
+                r["owner"]
+                for r in await conn.fetch(q.RUNNING_OWNERS, host, timeout=self.write_timeout_s)
+            ]
+            dead = [o for o in owners if o != self.owner and not alive(o)]
+            if not dead:
+                return 0
+            status = await conn.execute(q.RELEASE_DEAD, dead, timeout=self.write_timeout_s)
+        n = int(status.split()[-1])
+        if n:
+            logger.warning("write jobs: %d left running by a stopped worker taken up again", n)
+        return n
+
     async def _claim(self) -> asyncpg.Record | None:
-        async with self.pool.acquire(timeout=self.write_timeout_s) as conn:
+        async with session(self.pool, self.write_timeout_s) as conn:
             return await conn.fetchrow(q.CLAIM, self.owner, LEASE_S, timeout=self.write_timeout_s)
 
     async def _set(self, sql: str, *args: Any) -> str:
-        async with self.pool.acquire(timeout=self.write_timeout_s) as conn:
+        async with session(self.pool, self.write_timeout_s) as conn:
             return str(await conn.execute(sql, *args, timeout=self.write_timeout_s))
 
     async def process(self, job: asyncpg.Record) -> None:
@@ -149,7 +203,7 @@ class WriteJobs:
             nonlocal renewed
             if time.monotonic() - renewed < LEASE_S / 3:
                 return
-            async with self.pool.acquire(timeout=self.write_timeout_s) as conn:
+            async with session(self.pool, self.write_timeout_s) as conn:
                 mine = await conn.fetchval(
                     q.RENEW, job_id, self.owner, LEASE_S, timeout=self.write_timeout_s
                 )
@@ -159,7 +213,7 @@ class WriteJobs:
 
         try:
             raw = q.load_items(job["items"])
-            items = [MemoryIn.model_validate(r) for r in raw]
+            items = [dated(MemoryIn.model_validate(r), job["created_at"]) for r in raw]
             rep = await ingest(
                 self.pool,
                 self.nlp,
@@ -175,6 +229,8 @@ class WriteJobs:
             report = {**rep.to_json(), "lsn": await self.router.note_write(namespace)}
             if await self._set(q.FINISH, job_id, self.owner, q.dump(report)) == "UPDATE 0":
                 raise _LeaseLost(job_id)
+            if self.budget is not None:
+                self.budget.charge(job["tenant"], float(job["estimate_s"]))
             m.INGEST_JOBS.labels("done").inc()
             m.INGESTED.labels("insert").inc(rep.inserted)
             m.INGESTED.labels("update").inc(rep.updated)
@@ -192,19 +248,29 @@ class WriteJobs:
                 )
             raise
         except Exception as exc:
-            pause = retry_pause_s(job["attempts"])
-            logger.warning(
-                "write job %s: %s: %s; again in %g s", job_id, type(exc).__name__, exc, pause
-            )
-            # The caller reads this: what kind of failure, not a provider's or driver's text.
-            why = (
-                "the embedding failed"
-                if isinstance(exc, EmbeddingError)
-                else "the database was unavailable"
-            )
-            m.INGEST_JOBS.labels("retried").inc()
-            with suppress(Exception):  # the database is away: the lease runs out and frees it
-                await self._set(q.RELEASE, job_id, self.owner, pause, f"{why}; trying again")
+            await self._retry_later(job, exc)
+
+    async def _retry_later(self, job: asyncpg.Record, exc: Exception) -> None:
+        """A job that failed for a passing reason goes back to the queue, due after a pause."""
+        pause = retry_pause_s(job["attempts"])
+        logger.warning(
+            "write job %s: %s: %s; again in %g s", job["id"], type(exc).__name__, exc, pause
+        )
+        # The caller reads this: what kind of failure, not a provider's or driver's text.
+        why = (
+            "the embedding failed"
+            if isinstance(exc, EmbeddingError)
+            else "the database was unavailable"
+        )
+        m.INGEST_JOBS.labels("retried").inc()
+        with suppress(Exception):  # the database is away: the lease runs out and frees it
+            await self._set(q.RELEASE, job["id"], self.owner, pause, f"{why}; trying again")
+
+
+def dated(item: MemoryIn, accepted: datetime) -> MemoryIn:
+    """The item with the time its job was accepted where it gave none: a memory is dated when
+    the service took it, not when a worker got round to it (after a backlog or a restart)."""
+    return item if item.created_at is not None else item.model_copy(update={"created_at": accepted})
 
 
 class _LeaseLost(Exception):

@@ -16,6 +16,7 @@ import asyncpg
 import numpy as np
 
 from db import store
+from db.session import session
 from db.store import MemoryRow, StoredTurn
 from retrieval.analysis.nlp import JapaneseNLP, normalize_entity
 from retrieval.embedding.base import Embedder
@@ -86,7 +87,7 @@ async def stored_texts(
     pool: asyncpg.Pool, namespace: str, ids: list[str], *, timeout_s: float | None = None
 ) -> dict[str, Any]:
     """The stored rows (text, vector, terms, entities) of those ids that exist."""
-    async with pool.acquire(timeout=timeout_s) as conn:
+    async with session(pool, timeout_s if timeout_s is not None else 3600.0) as conn:
         return await store.existing(conn, namespace, ids, timeout_s=timeout_s)
 
 
@@ -169,7 +170,7 @@ async def _after_their_turns(
     todo = [i for i, rc in recipes.items() if rc.own is not None]
     if not todo:
         return
-    async with pool.acquire(timeout=timeout_s) as conn:
+    async with session(pool, timeout_s if timeout_s is not None else 3600.0) as conn:
         before = await predecessors(conn, namespace, items, ids, todo, timeout_s=timeout_s)
     for i, turn in before.items():
         it = items[i]

@@ -19,6 +19,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from db.session import session
 from retrieval.models import Candidate, Filters, QueryIntent, Source, TimeRange
 from retrieval.search.contents import Contents, columns
 
@@ -54,7 +55,8 @@ async def leg_connection(
 ) -> AsyncIterator[asyncpg.Connection]:
     """A pool connection in a read-only transaction that the server itself cancels at the leg's
     deadline: a query whose caller has given up must not run on and hold the connection. Taken
-    within the request's connection budget (`run.slots`), waited for inside the leg's deadline.
+    within the request's connection budget (`run.slots`), waited for inside the leg's deadline,
+    and given up at it whatever the server's state (db.session: terminated, not rolled back).
 
     `generic_plan`: the statement is planned once per connection, not at every execution (the
     pool's default, for statements whose best plan depends on which filters are set). For the
@@ -64,13 +66,13 @@ async def leg_connection(
     (docs/benchmarks.md, "tenth release: planned once")."""
     async with (
         run.slots if run.slots is not None else nullcontext(),
-        run.pool.acquire(timeout=run.timeout_s) as conn,
-        conn.transaction(readonly=True),
+        session(run.pool, run.timeout_s, transaction="read") as conn,
     ):
         await conn.execute(
             SET_LEG_SETTINGS,
             str(max(1, int(run.timeout_s * 1000))),
             "force_generic_plan" if generic_plan else "force_custom_plan",
+            timeout=run.timeout_s,
         )
         yield conn
 
@@ -95,6 +97,15 @@ class SearchRun:
     slots: asyncio.Semaphore | None = None
     # Where the long contents the legs return by reference come from (the orchestrator's).
     contents: Contents = field(default_factory=Contents)
+    # When the request's database work must be over (the event loop's clock; None: no bound
+    # but each leg's own): no leg, hop or neighbour fetch waits past it.
+    deadline: float | None = None
+
+    def leg_timeout(self, most: float) -> float:
+        """A leg's deadline in seconds: `most`, or what is left of the request's if less."""
+        if self.deadline is None:
+            return most
+        return min(most, self.deadline - asyncio.get_running_loop().time())
 
     def where_args(self, window: TimeRange | None = None) -> tuple[Any, ...]:
         """The shared WHERE clause's $1..$5: namespace, types, and the hard window narrowed to

@@ -171,10 +171,12 @@ class LegRunner:
             why = self.unavailable[source]
             return [], SourceReport(source.value, 0.0, 0, SourceStatus.UNAVAILABLE, why)
         if source not in TEXT_ONLY_SOURCES:
-            got_vectors = await self._vectors_for(source, embedding)
+            got_vectors = await self._vectors_for(run, source, embedding)
             if isinstance(got_vectors, SourceReport):
                 return [], got_vectors
             given = replace(given, vectors=tuple(got_vectors))
+        if run.leg_timeout(self.timeout_s) <= 0:
+            return [], self._past_deadline(source.value)
 
         async def attempt(on: SearchRun) -> tuple[list[Candidate], SourceReport]:
             return await self._attempt(on, source, fn, given)
@@ -187,16 +189,18 @@ class LegRunner:
         """One try of a leg on run's pool; a connection error is raised (for failover), any
         other failure reported."""
         t = time.perf_counter()
+        timeout = run.leg_timeout(self.timeout_s)
+        run = replace(run, timeout_s=timeout)
         m.DB_QUERIES.labels("primary" if run.replica is None else "replica").inc()
         try:
-            got = await asyncio.wait_for(fn(run, given), timeout=self.timeout_s)
+            got = await asyncio.wait_for(fn(run, given), timeout=timeout)
             ms = (time.perf_counter() - t) * 1000.0
             m.SEARCH_LATENCY.labels(source.value).observe(ms)
             return got, SourceReport(source.value, ms, len(got), SourceStatus.OK)
         except Skip as why:
             return [], SourceReport(source.value, 0.0, 0, SourceStatus.SKIPPED, str(why))
         except (TimeoutError, asyncpg.exceptions.QueryCanceledError):
-            return [], self._timed_out(source.value, t)
+            return [], self._timed_out(source.value, t, timeout)
         except Exception as exc:  # a broken leg must not fail the request
             if run.replica is not None and self.router is not None and self.router.lost(exc):
                 raise
@@ -214,27 +218,33 @@ class LegRunner:
             run.replica, lambda: attempt(run), lambda primary: attempt(primary_run(run, primary))
         )
 
-    def _timed_out(self, name: str, since: float) -> SourceReport:
+    def _timed_out(self, name: str, since: float, timeout: float) -> SourceReport:
         ms = (time.perf_counter() - since) * 1000.0
         m.SOURCE_TIMEOUTS.labels(name).inc()
         logger.warning("source %s timed out after %.0f ms", name, ms)
-        why = f"timed out after {self.timeout_s * 1000:.0f} ms"
+        why = f"timed out after {timeout * 1000:.0f} ms"
         return SourceReport(name, ms, 0, SourceStatus.TIMEOUT, why)
 
+    def _past_deadline(self, name: str) -> SourceReport:
+        m.SOURCE_TIMEOUTS.labels(name).inc()
+        why = "the request's deadline passed before it could run"
+        return SourceReport(name, 0.0, 0, SourceStatus.TIMEOUT, why)
+
     async def _vectors_for(
-        self, source: Source, embedding: Vectors
+        self, run: SearchRun, source: Source, embedding: Vectors
     ) -> list[np.ndarray] | SourceReport:
         """The query's vectors for a vector leg, waited for at most the leg's own deadline (a
         hung or slow embedder degrades the vector legs, it does not hold the request); or the
         report of why the leg cannot run."""
         t = time.perf_counter()
+        wait = max(run.leg_timeout(self.timeout_s), 0.0)
         try:
-            return list(await asyncio.wait_for(asyncio.shield(embedding), self.timeout_s))
+            return list(await asyncio.wait_for(asyncio.shield(embedding), wait))
         except TimeoutError:
             ms = (time.perf_counter() - t) * 1000.0
             m.SOURCE_TIMEOUTS.labels(source.value).inc()
             logger.warning("source %s: no query embedding after %.0f ms", source.value, ms)
-            why = f"embedding not ready after {self.timeout_s * 1000:.0f} ms"
+            why = f"embedding not ready after {wait * 1000:.0f} ms"
             return SourceReport(source.value, ms, 0, SourceStatus.TIMEOUT, why)
         except Exception as exc:  # the embedding failed: the vector legs cannot run
             m.SOURCE_ERRORS.labels(source.value).inc()
@@ -253,18 +263,21 @@ class LegRunner:
         """The memories around each result (retrieval.search.neighbours), under the legs'
         deadline; a failure is reported (the results stand without them)."""
         t = time.perf_counter()
+        timeout = run.leg_timeout(self.timeout_s)
+        if timeout <= 0:
+            return self._past_deadline(CONTEXT)
+        run = replace(run, timeout_s=timeout)
 
         async def attempt(on: SearchRun) -> dict[int, list[ContextMemory]]:
             async with leg_connection(on, generic_plan=True) as conn:
                 return await asyncio.wait_for(
-                    surrounding(conn, on.filters.namespace, ids, window, timeout=self.timeout_s),
-                    self.timeout_s,
+                    surrounding(conn, on.filters.namespace, ids, window, timeout=timeout), timeout
                 )
 
         try:
             return await self.failover(run, attempt)
         except (TimeoutError, asyncpg.exceptions.QueryCanceledError):
-            return self._timed_out(CONTEXT, t)
+            return self._timed_out(CONTEXT, t, timeout)
         except Exception as exc:  # the results stand without their neighbours (a leg's rule)
             ms = (time.perf_counter() - t) * 1000.0
             m.SOURCE_ERRORS.labels(CONTEXT).inc()

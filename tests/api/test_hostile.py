@@ -40,6 +40,9 @@ def _fields(r) -> list[str]:
         ),
         (_mem(metadata={"big": "x" * 70_000}), "memories.0.metadata"),
         (_mem(memory_type="\ud800"), "memories.0.memory_type"),
+        # Stored, `.` and `..` could never be read or archived: URLs resolve them away.
+        (_mem(id="."), "memories.0.id"),
+        (_mem(id=".."), "memories.0.id"),
     ],
 )
 async def test_bad_memory_is_422_naming_field_and_writes_nothing(client, ns, memory, field):
@@ -109,6 +112,12 @@ async def test_duplicate_ids_in_a_batch_are_refused(client, ns, rt):
             {"query": "x", "options": {"time_range": {"start": "0001-01-01T00:00:00+00:00"}}},
             "options.time_range.start",
         ),
+        # A token budget too large for a float was a 500 (OverflowError) with chars_per_token.
+        (
+            {"query": "x", "options": {"max_tokens": 10**309, "chars_per_token": 2.5}},
+            "options.max_tokens",
+        ),
+        ({"query": "x", "options": {"max_tokens": 10**13}}, "options.max_tokens"),
     ],
 )
 async def test_bad_retrieve_is_422(client, body, field):

@@ -172,3 +172,28 @@ async def test_stdio_server_for_a_local_host_acts_with_its_key(rt):
         other = await c.call_tool("search_memories", {"query": marker, "namespace": "team-b"})
         assert other.is_error and "may not use namespace" in _text(other)
     print(f"stdio session: {time.monotonic() - t0:.1f} s with start-up")
+
+
+def test_a_malformed_stdio_line_gets_no_answer_and_the_next_is_served(rt):
+    """The SDK's stdio transport answers nothing to a line that is not JSON (docs/mcp.md says
+    so); the session goes on: the request after it is answered."""
+    import json
+    import subprocess
+
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        "{not json",
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    ]  # fmt: skip
+    sent = "".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines)
+    proc = subprocess.run(
+        [sys.executable, "-m", "retrieval.cli", "mcp"],
+        input=sent, capture_output=True, text=True, timeout=120, cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": rt.dsn},
+    )  # fmt: skip
+    answers = [json.loads(x) for x in proc.stdout.splitlines() if x.strip()]
+    assert [a.get("id") for a in answers] == [1, 2], proc.stdout[-2000:]
+    assert {t["name"] for t in answers[1]["result"]["tools"]} == TOOLS

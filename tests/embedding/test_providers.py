@@ -23,7 +23,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.seen.append({"body": body, "auth": self.headers.get("Authorization"), "path": self.path})
+        self.seen.append(
+            {"body": body, "auth": self.headers.get("Authorization"), "path": self.path}
+        )
         status = self.script.pop(0) if self.script else 200
         if status != 200:
             self.send_response(status)
@@ -173,3 +175,13 @@ def test_long_work_runs_at_background_priority():
         assert q.executor.submit(nice).result() == nice()  # short queries: normal priority
     finally:
         q.close()
+
+
+def test_the_cost_of_a_long_text_grows_faster_than_its_tokens(embedder):
+    """A linear count of tokens took a text of one letter and 5,000 combining accents (cut into
+    600-token passages) to cost a third of what it did: the inline-write estimate let a 46 s
+    write through. Attention grows with the square of a text's length, and so does the count."""
+    short, long_ = "a" + "\u0301" * 150, "a" + "\u0301" * 600
+    n_short, n_long = (embedder._model.token_count(t) for t in (short, long_))
+    ratio = embedder.cost_units(long_) / embedder.cost_units(short)
+    assert n_long / n_short < 4.1 < ratio

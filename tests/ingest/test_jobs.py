@@ -310,3 +310,55 @@ async def test_one_tenants_long_queue_does_not_hold_anothers_job(rt, ns):
     assert set(mine) | {theirs} <= set(order)
     # After at most one of the busy tenant's jobs, the other tenant's single job.
     assert order.index(theirs) < order.index(mine[1]), order
+
+
+async def test_an_undated_memory_is_dated_when_its_job_was_accepted(rt, ns):
+    """Before: a memory sent without created_at in a job was dated when the job ran (18-33 s
+    later, 112-149 s after a crash): the column's default fired at write time."""
+    from datetime import UTC, datetime
+
+    quiet = _runtime(rt, job_worker=False)
+    job = await quiet.jobs.submit(
+        ns, parse_items([{"id": "u", "content": "日付のないメモ"}]), ["u"], 1.0
+    )
+    acknowledged = datetime.now(UTC)
+    await asyncio.sleep(1.5)  # the worker gets round to it later
+    worker = _runtime(rt, owner="later")
+    await _drain(worker.jobs, most=40)
+    assert (await worker.jobs.get(ns, job["id"]))["state"] == "done"
+    async with rt.pool.acquire() as conn:
+        stored = await conn.fetchval(
+            "SELECT created_at FROM memories WHERE namespace = $1 AND external_id = 'u'", ns
+        )
+    assert stored <= acknowledged and stored == datetime.fromisoformat(str(job["created_at"]))
+
+
+async def test_a_restarted_service_takes_up_its_dead_runs_jobs_at_once(rt, ns):
+    """Before: after a crash the job said `running` for its whole lease (~60 s) before another
+    claim. A worker names itself by host, pid and the process's start time; a service that
+    starts again on the host sees that run is gone and hands its jobs back at once."""
+    import subprocess
+    import sys
+
+    from retrieval.ingest.jobs import alive, owner_name
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    host, _, started, tag = owner_name().rsplit(":", 3)
+    dead = f"{host}:{gone.pid}:{started}:{tag}"
+    assert alive(owner_name()) and not alive(dead)
+    quiet = _runtime(rt, job_worker=False)
+    job = await quiet.jobs.submit(ns, parse_items(_turns(1, "d")), ["d0"], 1.0)
+    async with rt.pool.acquire() as conn:  # claimed by the dead run, its lease far from out
+        await conn.execute(
+            "UPDATE ingest_jobs SET state = 'running', owner = $2, attempts = 1, "
+            "lease_until = now() + interval '1 hour' WHERE id = $1",
+            uuid.UUID(job["id"]),
+            dead,
+        )
+    restarted = _runtime(rt)
+    assert await restarted.jobs.take_up_dead() >= 1
+    now = await restarted.jobs.get(ns, job["id"])
+    assert now["state"] == "queued" and "taken up again" in now["error"]
+    await _drain(restarted.jobs, most=40)
+    assert (await restarted.jobs.get(ns, job["id"]))["state"] == "done"

@@ -10,8 +10,9 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 
 from db import store as q
+from db.session import session
 from retrieval import metrics as m
-from retrieval.api.deps import RuntimeDep, ScopeDep, check_scope
+from retrieval.api.deps import CallerDep, RuntimeDep
 from retrieval.api.schemas import (
     LSN_PATTERN,
     NOT_FOUND,
@@ -47,40 +48,47 @@ def _path_id(memory_id: str) -> str:
 
 
 @router.post("/v1/memories", response_model=IngestOut, responses=QUEUED)
-async def add_memories(body: MemoriesIn, rt: RuntimeDep, scope: ScopeDep) -> Any:
+async def add_memories(body: MemoriesIn, rt: RuntimeDep, caller: CallerDep) -> Any:
     """Store memories (idempotent on `id`); a batch with any invalid item is rejected whole.
 
     Written before the answer (200) when embedding it should take at most
     RETRIEVAL_INLINE_EMBED_S here; else stored as a job and answered 202 (see GET /v1/jobs).
     The write deadline bounds the database transaction, not the embedding."""
-    check_scope(scope, body.namespace)
+    caller.check(body.namespace)
     check_batch([it.id for it in body.memories], RequestLimits.of(rt.settings))
     items, namespace = body.memories, body.namespace
+    tenant = caller.tenant(namespace)
     timeout = rt.settings.write_timeout_s
     ids = assign_ids(items)
     old = await stored_texts(rt.pool, namespace, ids, timeout_s=timeout)
     texts = embedding_load(items, to_embed(items, ids, old))
     estimate = await asyncio.to_thread(rt.meter.estimate_s, texts) if texts else 0.0
     if estimate > rt.settings.inline_embed_s:
-        job = JobOut.model_validate(await rt.jobs.submit(namespace, items, ids, estimate))
+        queued = await rt.jobs.submit(namespace, items, ids, estimate, tenant=tenant)
+        job = JobOut.model_validate(queued)
         m.INGEST_JOBS.labels("queued").inc()
         return JSONResponse(
             job.model_dump(mode="json"),
             status_code=202,
             headers={"Location": f"/v1/jobs/{job.id}?namespace={namespace}"},
         )
-    rep = await ingest(
-        rt.pool,
-        rt.nlp,
-        rt.embedder,
-        items,
-        namespace=namespace,
-        batch_size=rt.settings.embed_batch_size,
-        timeout_s=timeout,
-        ids=ids,
-        old=old,
-        meter=rt.meter,
-    )
+    # A write's embedding is the tenant's processing time too: it waits for its share.
+    advance = await rt.budget.admit(tenant)
+    try:
+        rep = await ingest(
+            rt.pool,
+            rt.nlp,
+            rt.embedder,
+            items,
+            namespace=namespace,
+            batch_size=rt.settings.embed_batch_size,
+            timeout_s=timeout,
+            ids=ids,
+            old=old,
+            meter=rt.meter,
+        )
+    finally:
+        rt.budget.settle(tenant, advance, estimate)
     m.INGESTED.labels("insert").inc(rep.inserted)
     m.INGESTED.labels("update").inc(rep.updated)
     # With replicas: the primary's WAL position after the write; this namespace's reads wait
@@ -92,11 +100,11 @@ async def add_memories(body: MemoriesIn, rt: RuntimeDep, scope: ScopeDep) -> Any
 async def get_job(
     job_id: Annotated[str, Path(min_length=1, max_length=64)],
     rt: RuntimeDep,
-    scope: ScopeDep,
+    caller: CallerDep,
     namespace: NamespaceQuery = "default",
 ) -> dict[str, Any]:
     """A write job of this namespace: queued, running, done (with what was written) or failed."""
-    check_scope(scope, namespace)
+    caller.check(namespace)
     job = await rt.jobs.get(namespace, job_id)
     if job is None:
         raise NotFound(f"no write job {job_id!r} in namespace {namespace!r}")
@@ -107,12 +115,12 @@ async def get_job(
 async def get_memory(
     memory_id: MemoryIdPath,
     rt: RuntimeDep,
-    scope: ScopeDep,
+    caller: CallerDep,
     namespace: NamespaceQuery = "default",
     after_lsn: Annotated[str | None, Query(pattern=LSN_PATTERN)] = None,
 ) -> dict[str, Any]:
     """One memory, archived or not (`after_lsn`: read your writes, as in POST /v1/retrieve)."""
-    check_scope(scope, namespace)
+    caller.check(namespace)
     row = await rt.router.fetchrow(
         namespace,
         q.GET_MEMORY,
@@ -130,11 +138,14 @@ async def get_memory(
 
 @router.delete("/v1/memories/{memory_id}", response_model=ArchivedOut, responses=NOT_FOUND)
 async def archive_memory(
-    memory_id: MemoryIdPath, rt: RuntimeDep, scope: ScopeDep, namespace: NamespaceQuery = "default"
+    memory_id: MemoryIdPath,
+    rt: RuntimeDep,
+    caller: CallerDep,
+    namespace: NamespaceQuery = "default",
 ) -> dict[str, Any]:
     """Archive a memory: it is kept but never returned by a search again."""
-    check_scope(scope, namespace)
-    async with rt.pool.acquire(timeout=rt.settings.write_timeout_s) as conn:
+    caller.check(namespace)
+    async with session(rt.pool, rt.settings.write_timeout_s) as conn:
         got = await conn.fetchval(
             q.ARCHIVE_MEMORY, namespace, _path_id(memory_id), timeout=rt.settings.write_timeout_s
         )
@@ -145,11 +156,11 @@ async def archive_memory(
 
 
 @router.post("/v1/feedback", response_model=FeedbackOut, responses=NOT_FOUND)
-async def feedback(body: FeedbackIn, rt: RuntimeDep, scope: ScopeDep) -> dict[str, Any]:
+async def feedback(body: FeedbackIn, rt: RuntimeDep, caller: CallerDep) -> dict[str, Any]:
     """Negative feedback makes a memory unsearchable for every future retrieval."""
-    check_scope(scope, body.namespace)
+    caller.check(body.namespace)
     timeout = rt.settings.write_timeout_s
-    async with rt.pool.acquire(timeout=timeout) as conn, conn.transaction():
+    async with session(rt.pool, timeout, transaction="write") as conn:
         sql = q.MARK_UNSEARCHABLE if body.negative else q.MEMORY_EXISTS
         got = await conn.fetchval(sql, body.namespace, body.memory_id, timeout=timeout)
         if got is None:

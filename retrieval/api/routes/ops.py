@@ -10,10 +10,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
 from db import migrate as migrations
+from db.session import session
 from retrieval import metrics as m
 from retrieval.runtime import Runtime
 
 router = APIRouter(tags=["ops"])
+
+# Readiness answers within this, whatever the database's state.
+READY_TIMEOUT_S = 2.0
 
 
 @router.get("/healthz")
@@ -52,10 +56,12 @@ async def readyz(request: Request) -> JSONResponse:
     checks: dict[str, Any] = {"models": rt is not None}
     if rt is not None:
         try:
-            async with rt.pool.acquire(timeout=2) as conn:
-                await conn.fetchval("SELECT 1", timeout=2)
+            async with session(rt.pool, READY_TIMEOUT_S) as conn:
+                await conn.fetchval("SELECT 1", timeout=READY_TIMEOUT_S)
                 checks["database"] = True
-                checks["migrations_pending"] = await migrations.pending(conn)
+                checks["migrations_pending"] = await migrations.pending(
+                    conn, timeout_s=READY_TIMEOUT_S
+                )
         except Exception as exc:  # readiness must answer, not raise
             checks["database"] = False
             checks["error"] = type(exc).__name__

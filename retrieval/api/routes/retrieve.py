@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 
 from db.runs import get_run
-from retrieval.api.deps import RuntimeDep, ScopeDep, check_scope
+from retrieval.api.deps import CallerDep, RuntimeDep
 from retrieval.api.schemas import (
     NOT_FOUND,
     OVER_SHARE,
@@ -22,9 +22,10 @@ router = APIRouter(tags=["retrieval"])
 
 
 @router.post("/v1/retrieve", response_model=RetrieveResponse, responses=OVER_SHARE)
-async def retrieve(body: RetrieveRequest, rt: RuntimeDep, scope: ScopeDep) -> RetrieveResponse:
+async def retrieve(body: RetrieveRequest, rt: RuntimeDep, caller: CallerDep) -> RetrieveResponse:
     """Find the memories that answer `query`, best first, each with a reason."""
-    check_scope(scope, body.namespace)
+    caller.check(body.namespace)
+    tenant = caller.tenant(body.namespace)
     o = body.options
     tr = o.time_range
     opts = RetrievalOptions(
@@ -46,25 +47,28 @@ async def retrieve(body: RetrieveRequest, rt: RuntimeDep, scope: ScopeDep) -> Re
         context_window=o.context_window,
         max_chars=o.budget_chars(),
         after_lsn=o.after_lsn,
+        tenant=tenant,
     )
     rt.orchestrator.validate(body.query, opts)  # refused before it waits for its share
-    advance = await rt.budget.admit(body.namespace)
+    advance = await rt.budget.admit(tenant)
     cost = advance
     try:
         got = await rt.orchestrator.retrieve(body.query, opts)
         cost = got.metadata.cost_s
     finally:
-        rt.budget.settle(body.namespace, advance, cost)
+        rt.budget.settle(tenant, advance, cost)
     return RetrieveResponse.model_validate(got)
 
 
 @router.get("/v1/runs/{run_id}", response_model=RunOut, responses=NOT_FOUND)
 async def run(
-    run_id: Annotated[str, Path(pattern=UUID_PATTERN)], rt: RuntimeDep, scope: ScopeDep
+    run_id: Annotated[str, Path(pattern=UUID_PATTERN)], rt: RuntimeDep, caller: CallerDep
 ) -> dict[str, Any]:
     """A logged retrieval run: plan, candidates, selection, latencies (of the key's namespaces:
     another namespace's run is not found, and its name is never read)."""
-    got = await get_run(rt.pool, run_id, namespaces=scope, timeout_s=rt.settings.write_timeout_s)
+    got = await get_run(
+        rt.pool, run_id, namespaces=caller.scope, timeout_s=rt.settings.write_timeout_s
+    )
     if got is None:
         raise NotFound(f"no run {run_id}")
     return got
