@@ -95,6 +95,11 @@ def _eval_suite_args() -> list[Arg]:
         arg(
             "--compare", type=Path, help="a file written by --save: print 'before -> now' per cell"
         ),
+        arg(
+            "--max-queries",
+            type=positive,
+            help="each set's first N questions only (a conversation set indexes only theirs)",
+        ),
         JSON,
     ]
 
@@ -223,13 +228,14 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "eval-suite",
-        "every dev set (JSQuAD, semantic, temporal, temporal-hard, multi-hop, LoCoMo) in one table",
+        "every dev set (JSQuAD, semantic, temporal, temporal-hard, multi-hop, LoCoMo, asks) in one "
+        "table",
         "retrieval.evaluation.suite:run_suite_cli",
         _eval_suite_args,
         "Index each dev set of DIR once (cached), run its questions through the "
         "orchestrator and print one table: MRR@10, hit@5, recall@5/@10 and latency per set, and "
-        "per question category where a set has them (LoCoMo). The long-document set runs only "
-        "when named in --sets (indexing it takes most of an hour).",
+        "per question category where a set has them (LoCoMo, LongMemEval). The long-document and "
+        "LongMemEval sets run only when named in --sets (indexing them takes an hour and hours).",
     ),
     Command(
         "bench",

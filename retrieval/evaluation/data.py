@@ -1,6 +1,7 @@
-"""Labelled sets on disk: queries (JSONL), relevance judgements (TSV) and corpora (JSONL), in the
-shapes of ../shared/eval: a plain set (`id`, `text`, `now`) or a conversation set, whose
-memories and questions each carry their `namespace` (`qid`, `query`, `now`, `category`)."""
+"""Labelled sets on disk: queries (JSONL), relevance judgements (TSV) and corpora (JSONL, or
+gzipped JSONL), in the shapes of ../shared/eval: a plain set (`id`, `text`, `now`) or a
+conversation set, whose memories and questions each carry their `namespace` (`qid`, `query`,
+`now`, `category`; `relevant_sessions` where the answer is a session's)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ class EvalQuery:
     category: str | None = None
     # A long-memory set: the paragraph that answers, to check the result's highlight against.
     gold_text: str | None = None
+    # A set of sessions (LongMemEval): the sessions (threads) that hold the answer.
+    relevant_sessions: tuple[str, ...] = ()
 
 
 def _query(obj: dict[str, object]) -> EvalQuery:
@@ -32,6 +35,9 @@ def _query(obj: dict[str, object]) -> EvalQuery:
     text = obj["text"] if "text" in obj else obj["query"]
     now = datetime.fromisoformat(str(obj["now"])) if obj.get("now") else None
     ns, cat, gold = obj.get("namespace"), obj.get("category"), obj.get("gold_text")
+    sessions = obj.get("relevant_sessions") or []
+    if not isinstance(sessions, list):
+        raise TypeError("relevant_sessions must be a list")
     return EvalQuery(
         str(qid),
         str(text),
@@ -39,6 +45,7 @@ def _query(obj: dict[str, object]) -> EvalQuery:
         str(ns) if ns else None,
         str(cat) if cat else None,
         str(gold) if gold else None,
+        tuple(str(x) for x in sessions),
     )
 
 
@@ -107,4 +114,15 @@ def read_corpus(path: Path) -> dict[str | None, list[tuple[int, MemoryIn]]]:
     return dict(groups)
 
 
-__all__ = ["EvalQuery", "read_corpus", "read_qrels", "read_queries"]
+def sessions_of(path: Path) -> dict[str, str]:
+    """Each memory's session (its `thread`) in a corpus, by id: a turn ranking read as a ranking
+    of sessions (LongMemEval's session recall)."""
+    out: dict[str, str] = {}
+    for lineno, line in json_lines(path):
+        got = parse_line(line, lineno)
+        if not isinstance(got, list) and got.id is not None and got.thread is not None:
+            out[got.id] = got.thread
+    return out
+
+
+__all__ = ["EvalQuery", "read_corpus", "read_qrels", "read_queries", "sessions_of"]

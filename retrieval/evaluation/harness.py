@@ -21,7 +21,13 @@ import numpy as np
 from db.meta import GET_HARNESS_KEY, HAS_MEMORIES, PUT_HARNESS_KEY
 from retrieval.embedding.texts import recipe
 from retrieval.errors import RetrievalError, StoreUnavailable
-from retrieval.evaluation.data import EvalQuery, read_corpus, read_qrels, read_queries
+from retrieval.evaluation.data import (
+    EvalQuery,
+    read_corpus,
+    read_qrels,
+    read_queries,
+    sessions_of,
+)
 from retrieval.evaluation.embedding_cache import CachedEmbedder
 from retrieval.ingest.items import MemoryIn
 from retrieval.ingest.turns import may_follow
@@ -70,18 +76,17 @@ SELECT count(*) FROM memories WHERE namespace = $1 AND created_at >= $2 AND crea
 
 # Removes a namespace's memories (its statistics follow, by trigger) and harness record, and
 # those of its sub-namespaces (`NS:conversation`, a conversation set's).
+_TABLES = ("postings", "memories", "memory_links", "term_df", "namespace_stats", "harness_indexes")
 _DROP_NAMESPACE = [
-    f"DELETE FROM {table} WHERE namespace = $1 OR starts_with(namespace, $1 || ':')"
-    for table in (
-        "postings",
-        "memories",
-        "memory_links",
-        "term_df",
-        "namespace_stats",
-        "harness_indexes",
-    )
+    f"DELETE FROM {t} WHERE namespace = $1 OR starts_with(namespace, $1 || ':')" for t in _TABLES
 ]
 
+
+# The same for one namespace alone (one conversation of a conversation set).
+_DROP_ONE = [f"DELETE FROM {t} WHERE namespace = $1" for t in _TABLES]
+
+# Memories indexed per write.
+INDEX_BATCH = 2000
 
 # Returns the vectors stored in a namespace and its sub-namespaces, with what they were made of.
 _STORED_VECTORS = """
@@ -119,11 +124,19 @@ def sub_namespace(namespace: str, line_namespace: str | None) -> str:
 
 
 async def ensure_index(
-    rt: Any, corpus: Path, namespace: str, vectors_path: Path | None, *, force: bool = False
+    rt: Any,
+    corpus: Path,
+    namespace: str,
+    vectors_path: Path | None,
+    *,
+    force: bool = False,
+    only: set[str] | None = None,
 ) -> tuple[bool, float]:
     """Index the corpus into namespace unless the harness record says it is already there.
     Lines that name a namespace (a conversation set: one per conversation) go into
-    `namespace:theirs`, the others into namespace itself.
+    `namespace:theirs`, each conversation indexed and recorded on its own, so that a run over
+    a few questions (`only`: their namespaces) indexes only their conversations; the others
+    into namespace itself. Returns whether everything needed was there already, and seconds.
 
     A namespace that holds memories the harness did not write is refused unless `force`:
     indexing replaces everything in it."""
@@ -142,6 +155,29 @@ async def ensure_index(
         )
     groups = read_corpus(corpus)
     embedder = CachedEmbedder(rt.embedder, embedding_cache_path(rt.settings))
+    if None in groups:
+        await _index_whole(rt, embedder, groups, namespace, vectors_path)
+        reused = False
+    else:
+        reused = True
+        for line_ns, group in groups.items():
+            if line_ns is not None and (only is None or line_ns in only):
+                reused &= await _index_one(rt, embedder, group, namespace, line_ns, key)
+    async with rt.pool.acquire() as conn:
+        if only is None or None in groups:
+            await conn.execute(PUT_HARNESS_KEY, namespace, key)
+        await conn.execute("ANALYZE memories")
+    return reused, time.perf_counter() - t0
+
+
+async def _index_whole(
+    rt: Any,
+    embedder: CachedEmbedder,
+    groups: dict[str | None, list[tuple[int, MemoryIn]]],
+    namespace: str,
+    vectors_path: Path | None,
+) -> None:
+    """Replace what namespace (and its sub-namespaces) holds with the corpus."""
     vectors = None
     if vectors_path is not None:
         rows = sorted((row, it) for g in groups.values() for row, it in g)
@@ -150,20 +186,12 @@ async def ensure_index(
             open_vectors(vectors_path, [it.id for it in items], rt.embedder.dim), np.float32
         )
         check_precomputed(rt.embedder, items, vectors)
-    async with rt.pool.acquire() as conn, conn.transaction():
-        # A re-index (a new tokenizer, a new schema) embeds again only what it has no vector
-        # for: the vectors depend on the text and the model, which the key also names.
-        kept = {
-            (r["namespace"], r["external_id"], r["title"], r["content"]): r["embedding"]
-            for r in await conn.fetch(_STORED_VECTORS, namespace, timeout=3600)
-        }
-        for sql in _DROP_NAMESPACE:
-            await conn.execute(sql, namespace, timeout=3600)
+    kept = await _dropped(rt, namespace, _DROP_NAMESPACE)
     total = sum(len(g) for g in groups.values())
-    done, batch = 0, 2000
+    done = 0
     for line_ns, group in groups.items():
-        for start in range(0, len(group), batch):
-            chunk = group[start : start + batch]
+        for start in range(0, len(group), INDEX_BATCH):
+            chunk = group[start : start + INDEX_BATCH]
             ns = sub_namespace(namespace, line_ns)
             if vectors is not None:
                 vec: Vectors = np.ascontiguousarray(vectors[[r for r, _ in chunk]])
@@ -174,10 +202,45 @@ async def ensure_index(
             )
             done += len(chunk)
             logger.info("indexed %d/%d", done, total)
+
+
+async def _index_one(
+    rt: Any,
+    embedder: CachedEmbedder,
+    group: list[tuple[int, MemoryIn]],
+    namespace: str,
+    line_ns: str,
+    key: str,
+) -> bool:
+    """One conversation of a conversation set into `namespace:line_ns`, unless its own record
+    says it is there; whether it was."""
+    ns = sub_namespace(namespace, line_ns)
     async with rt.pool.acquire() as conn:
-        await conn.execute(PUT_HARNESS_KEY, namespace, key)
-        await conn.execute("ANALYZE memories")
-    return False, time.perf_counter() - t0
+        if await conn.fetchval(GET_HARNESS_KEY, ns) == key:
+            return True
+    kept = await _dropped(rt, ns, _DROP_ONE)
+    for start in range(0, len(group), INDEX_BATCH):
+        items = [it for _, it in group[start : start + INDEX_BATCH]]
+        vec = _reuse(embedder, kept, ns, items)
+        await ingest(rt.pool, rt.nlp, embedder, items, namespace=ns, vectors=vec)
+    async with rt.pool.acquire() as conn:
+        await conn.execute(PUT_HARNESS_KEY, ns, key)
+    logger.info("indexed %s (%d memories)", ns, len(group))
+    return False
+
+
+async def _dropped(rt: Any, namespace: str, drop: list[str]) -> dict[tuple[Any, ...], Any]:
+    """Empty `namespace` (by the `drop` statements); the vectors it held, by what they were
+    made of: a re-index (a new tokenizer, a new schema) embeds again only what it has no
+    vector for (the vectors depend on the text and the model, which the key also names)."""
+    async with rt.pool.acquire() as conn, conn.transaction():
+        kept = {
+            (r["namespace"], r["external_id"], r["title"], r["content"]): r["embedding"]
+            for r in await conn.fetch(_STORED_VECTORS, namespace, timeout=3600)
+        }
+        for sql in drop:
+            await conn.execute(sql, namespace, timeout=3600)
+    return kept
 
 
 def _reuse(
@@ -277,9 +340,19 @@ class _Tally:
         self.stages: dict[str, list[float]] = defaultdict(list)
         self.parts = _Parts(budget)
         self.windowed = self.violations = self.degraded = 0
+        # Per question of a set of sessions: (any relevant session in the first five sessions,
+        # the share of them there).
+        self.sessions: dict[str, tuple[float, float]] = {}
 
     async def add(
-        self, rt: Any, q: EvalQuery, ns: str, resp: Any, ms: float, rel: dict[str, int]
+        self,
+        rt: Any,
+        q: EvalQuery,
+        ns: str,
+        resp: Any,
+        ms: float,
+        rel: dict[str, int],
+        session_of: dict[str, str] | None = None,
     ) -> None:
         self.latencies.append(ms)
         self.degraded += bool(resp.metadata.degraded)
@@ -290,6 +363,10 @@ class _Tally:
                 self.stages[f"source_{src}"].append(rep.latency_ms)
         n = len(resp.results)
         self.run[q.id] = {r.id: float(n - i) for i, r in enumerate(resp.results)}
+        if q.relevant_sessions and session_of is not None:
+            self.sessions[q.id] = session_recall(
+                [r.id for r in resp.results], session_of, q.relevant_sessions
+            )
         self.used[q.id] = resp.metadata.strategy_used.value
         self.parts.add(q, rel, resp.results)
         tr = resp.metadata.query_intent.time_range
@@ -318,8 +395,21 @@ class _Tally:
         categories = {q.id: q.category for q in queries if q.category}
         if categories:
             out["by_category"] = _split(qrels, self.run, categories)
+        if self.sessions:
+            out.update(self._session_means(list(self.sessions)))
+            for cat, sub in out.get("by_category", {}).items():
+                ids = [x for x, c in categories.items() if c == cat and x in self.sessions]
+                sub.update(self._session_means(ids))
         out["_run"] = self.run
         return out
+
+    def _session_means(self, ids: list[str]) -> dict[str, float]:
+        if not ids:
+            return {}
+        return {
+            "session_any@5": round(float(np.mean([self.sessions[x][0] for x in ids])), 4),
+            "session_all@5": round(float(np.mean([self.sessions[x][1] for x in ids])), 4),
+        }
 
 
 async def run_eval(
@@ -332,12 +422,14 @@ async def run_eval(
     limit: int = 100,
     expand: bool = True,
     budget: int = EVAL_BUDGET_CHARS,
+    session_of: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run every query through the orchestrator (a query that names its namespace is asked in
     `namespace:its own`); return metrics, latency (whole and per stage), the metrics per
     strategy used and per question category, and what the first 10 results hold: characters
     whole and within `budget` (retrieval.rank.budget), and for a set that names the
-    paragraph that answers, how often a relevant result's highlight holds it."""
+    paragraph that answers, how often a relevant result's highlight holds it; for a set of
+    sessions (`session_of`: each memory's session), session recall at 5."""
     tally = _Tally(budget)
     force = None if strategy == "auto" else Strategy(strategy)
     for q in queries:
@@ -356,8 +448,53 @@ async def run_eval(
         t = time.perf_counter()
         resp = await _answered(rt, q.text, options)
         ms = (time.perf_counter() - t) * 1000.0
-        await tally.add(rt, q, ns, resp, ms, qrels.get(q.id, {}))
+        await tally.add(rt, q, ns, resp, ms, qrels.get(q.id, {}), session_of)
     return tally.summary(queries, qrels, strategy)
+
+
+def session_recall(
+    ranked: list[str], session_of: dict[str, str], relevant: tuple[str, ...], k: int = 5
+) -> tuple[float, float]:
+    """A turn ranking read as a ranking of sessions (each at its first turn): whether one of
+    the relevant sessions is among the first k, and the share of them that is (LongMemEval's
+    session recall, any@k and all@k)."""
+    first: list[str] = []
+    for x in ranked:
+        s = session_of.get(x)
+        if s is not None and s not in first:
+            first.append(s)
+            if len(first) == k:
+                break
+    hit = set(first) & set(relevant)
+    return float(bool(hit)), len(hit) / len(set(relevant))
+
+
+async def evaluate(
+    rt: Any,
+    corpus: Path,
+    queries_path: Path,
+    qrels_path: Path,
+    *,
+    namespace: str,
+    vectors: Path | None = None,
+    max_queries: int | None = None,
+    force: bool = False,
+    **options: Any,
+) -> tuple[dict[str, Any], bool, float]:
+    """One labelled set, as `eval` and `eval-suite` run it: its first `max_queries` questions
+    (all without), the corpus indexed as far as they need (a conversation set: their
+    conversations only), session recall where the questions name sessions. Returns the
+    results (run_eval's), whether the index was there already, and the seconds indexing took."""
+    queries = read_queries(queries_path)[:max_queries]
+    only = None
+    if max_queries is not None and all(q.namespace for q in queries):
+        only = {str(q.namespace) for q in queries}
+    cached, secs = await ensure_index(rt, corpus, namespace, vectors, force=force, only=only)
+    session_of = sessions_of(corpus) if any(q.relevant_sessions for q in queries) else None
+    res = await run_eval(
+        rt, queries, read_qrels(qrels_path), namespace=namespace, session_of=session_of, **options
+    )
+    return res, cached, secs
 
 
 # A question no source answered (every leg past its deadline: a cold or busy database) is
@@ -417,28 +554,25 @@ async def run_eval_cli(settings: Settings, args: argparse.Namespace) -> int:
     """The `retrieval eval` command."""
     from retrieval.runtime import open_runtime
 
-    queries = read_queries(args.queries)
-    if args.max_queries:
-        queries = queries[: args.max_queries]
-    qrels = read_qrels(args.qrels)
     namespace = args.namespace or corpus_namespace(args.corpus)
     rt = await open_runtime(eval_settings(settings, args.limit))
     try:
-        cached, secs = await ensure_index(
-            rt, args.corpus, namespace, args.embeddings, force=args.force
+        res, cached, secs = await evaluate(
+            rt,
+            args.corpus,
+            args.queries,
+            args.qrels,
+            namespace=namespace,
+            vectors=args.embeddings,
+            max_queries=args.max_queries,
+            force=args.force,
+            strategy=args.strategy,
+            limit=args.limit,
+            expand=not args.no_expand,
         )
         print(
             f"index {'reused' if cached else 'built'} in {secs:.1f} s (namespace {namespace})",
             file=sys.stderr,
-        )
-        res = await run_eval(
-            rt,
-            queries,
-            qrels,
-            namespace=namespace,
-            strategy=args.strategy,
-            limit=args.limit,
-            expand=not args.no_expand,
         )
     finally:
         await rt.close()

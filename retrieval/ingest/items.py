@@ -3,6 +3,7 @@ body or a JSONL file (each bad line named by its number)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from collections.abc import Iterable, Iterator
@@ -109,9 +110,11 @@ _UNDECODABLE_RE = re.compile("[\udc80-\udcff]")
 
 
 def json_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """The non-blank lines of a file, with their 1-based numbers (bytes that are not UTF-8 are
-    kept for parse_line to name, not raised at the first one)."""
-    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+    """The non-blank lines of a file (gzipped when its name ends in .gz), with their 1-based
+    numbers (bytes that are not UTF-8 are kept for parse_line to name, not raised at the
+    first one)."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", errors="surrogateescape") as fh:
         for lineno, line in enumerate(fh, start=1):
             if line.strip():
                 yield lineno, line

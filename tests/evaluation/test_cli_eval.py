@@ -372,3 +372,50 @@ def test_a_question_is_asked_in_the_zone_of_its_now():
     # No whole-hour zone to name, or no clock at all: the service's own zone.
     assert clock_zone(datetime.fromisoformat("2026-11-22T12:00:00+05:30")) is None
     assert clock_zone(datetime(2026, 11, 22)) is None and clock_zone(None) is None
+
+
+async def test_a_set_of_sessions_gzipped_and_run_by_a_question_prefix(rt, tmp_path):
+    """LongMemEval's shape: memories gzipped, a haystack (namespace) per question, session
+    recall beside turn recall; a run over the first questions indexes only their haystacks."""
+    import gzip
+
+    from retrieval.evaluation.harness import corpus_namespace, evaluate
+
+    d = tmp_path / "longmemeval_dev"
+    d.mkdir()
+    lines, queries, qrels = [], [], []
+    for n, (topic, answer) in enumerate(
+        [
+            ("camera", "I bought a Sony A7R IV for landscapes."),
+            ("recipe", "My curry uses cardamom."),
+        ]
+    ):
+        ns = f"lme-q{n}"
+        for s, text in enumerate([answer, "We talked about the weather."]):
+            lines.append({"namespace": ns, "id": f"q{n}.s{s}:1", "content": f"user: {text}",
+                          "created_at": f"2023-05-0{s + 1}T10:00:00+00:00", "thread": f"s{s}",
+                          "memory_type": "dialog"})  # fmt: skip
+        queries.append({"namespace": ns, "qid": f"q{n}", "query": f"What did I say about my {topic}?",
+                        "category": "single-session-user", "now": "2023-06-01T00:00:00+00:00",
+                        "relevant": [f"q{n}.s0:1"], "relevant_sessions": ["s0"]})  # fmt: skip
+        qrels.append(f"q{n}\t0\tq{n}.s0:1\t1")
+    with gzip.open(d / "memories.jsonl.gz", "wt", encoding="utf-8") as fh:
+        fh.write("\n".join(json.dumps(x) for x in lines) + "\n")
+    (d / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in queries) + "\n")
+    (d / "qrels.tsv").write_text("\n".join(qrels) + "\n")
+    corpus = d / "memories.jsonl.gz"
+    ns = corpus_namespace(corpus)
+    res, cached, _ = await evaluate(
+        rt, corpus, d / "queries.jsonl", d / "qrels.tsv", namespace=ns, max_queries=1
+    )
+    assert not cached and res["n_queries"] == 1 and res["session_any@5"] == 1.0, res
+    async with rt.pool.acquire() as conn:
+        held = dict(await conn.fetch(
+            "SELECT namespace, count(*) FROM memories WHERE starts_with(namespace, $1) GROUP BY 1", ns
+        ))  # fmt: skip
+    assert held == {f"{ns}:lme-q0": 2}  # the second question's haystack was not indexed
+    res, cached, _ = await evaluate(rt, corpus, d / "queries.jsonl", d / "qrels.tsv", namespace=ns)
+    assert not cached and res["n_queries"] == 2  # the rest indexed now, the first kept
+    assert res["by_category"]["single-session-user"]["session_all@5"] == 1.0
+    _, cached, _ = await evaluate(rt, corpus, d / "queries.jsonl", d / "qrels.tsv", namespace=ns)
+    assert cached
