@@ -131,7 +131,7 @@ async def test_upgrade_to_time_partitions_copies_live_memories(rt, tmp_path):
                 searchable,
             )
         applied = await migrations.migrate(conn, embedding_dim=3, timezone="Asia/Tokyo")
-        assert applied == [9, 10, 11, 12, 13, 14]
+        assert applied == [m.version for m in migrations.load_migrations() if m.version >= 9]
         got = await conn.fetch(
             "SELECT m.external_id, v.tableoid::regclass::text AS part, w.lo, w.hi, "
             "v.created_at FROM memory_vectors v JOIN memories m ON m.id = v.memory_id "
