@@ -52,6 +52,10 @@ async def create_pool(
             "plan_cache_mode": "force_custom_plan",
             "statement_timeout": str(int(statement_timeout_ms)),
             "idle_in_transaction_session_timeout": str(int(idle_in_transaction_timeout_ms)),
+            # A connection given up on is terminated (db.session), not cancelled: the server
+            # notices the closed socket at its next read, so a running statement checks for it
+            # every second instead of running on to its own timeout.
+            "client_connection_check_interval": "1000",
         },
         min_size=min_size,
         max_size=max_size,

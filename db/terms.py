@@ -55,14 +55,14 @@ async def replace_terms(
     namespace: str,
     ids: Sequence[int],
     terms: Sequence[Sequence[str]],
+    counts: Sequence[int],
 ) -> None:
-    """Write a batch's new terms and the progress past it in one transaction, under the
-    namespace's writer lock (the statistics triggers take term rows as every writer does)."""
+    """Write a batch's new terms (and each memory's length for BM25, `counts`) and the progress
+    past it in one transaction, under the namespace's writer lock (the statistics triggers take
+    term rows as every writer does)."""
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(LOCK_NAMESPACE, namespace)
-        await conn.execute(
-            REPLACE_TERMS, list(ids), [" ".join(t) for t in terms], [len(t) for t in terms]
-        )
+        await conn.execute(REPLACE_TERMS, list(ids), [" ".join(t) for t in terms], list(counts))
         await meta.record_progress(conn, PROGRESS_KEY, namespace, max(ids))
 
 

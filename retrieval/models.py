@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 # The API's vocabulary (how a retrieval searched, a result's label, how a source went) is defined
 # once, with the answer models, in the light client; the core uses it as its own.
@@ -136,6 +136,15 @@ class Entity:
     label: str
 
 
+class QueryName(NamedTuple):
+    """A person-like name of a question: as written, its keyword terms, its script-neutral
+    keys (index terms of their own)."""
+
+    text: str
+    terms: tuple[str, ...]
+    keys: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class QueryIntent:
     query: str
@@ -151,8 +160,17 @@ class QueryIntent:
     # index terms (space-joined), to look up how common it is.
     name_terms: tuple[str, ...] = ()
     name_index_terms: tuple[str, ...] = ()
-    # What the question asks about (its last common noun, as a search term), if any.
+    # What the question asks about (締切, "book"), as written, and as a search term, if any.
     focus: str | None = None
+    focus_term: str | None = None
+    # The person-like names of the question, each with its script-neutral keys
+    # (retrieval.analysis.names: Sato, 佐藤 and サトウ share theirs).
+    names: tuple[QueryName, ...] = ()
+    # A question about the present (now, 今, Who is my dentist?): the newest of memories that
+    # state the same thing first (retrieval.analysis.tense, retrieval.rank.latest); and the
+    # relations whose fact it asks (my brother's city: "brother").
+    present: bool = False
+    relations: tuple[str, ...] = ()
     # The kind of answer it asks for ("date", "amount": retrieval.analysis.answers), if it says.
     asks: str | None = None
 
@@ -167,6 +185,9 @@ class QueryIntent:
             "language": self.language,
             "name_terms": list(self.name_terms),
             "focus": self.focus,
+            "names": {n.text: list(n.keys) for n in self.names},
+            "present": self.present,
+            "relations": list(self.relations),
             "asks": self.asks,
         }
 
@@ -203,6 +224,8 @@ class Candidate:
     hop: Hop | None = None
     # A long memory's passages the vector leg found: (start, end, score), best first.
     passages: tuple[tuple[int, int, float], ...] = ()
+    # The question's people it names, in any script (the names leg: retrieval.analysis.names).
+    names: tuple[str, ...] = ()
 
 
 # Hop.kind of a reply to a seed that asks a question: the reply answers it.
@@ -248,6 +271,8 @@ class ScoredResult:
     reason: str = ""
     # [start, end) of the content: the part that answers (retrieval.rank.highlight).
     highlight: tuple[int, int] | None = None
+    # What a ranking stage says of it beyond its signals (retrieval.rank.latest), for the reason.
+    notes: tuple[str, ...] = ()
 
 
 @dataclass

@@ -166,6 +166,7 @@ class Orchestrator:
             clock.timed, "rerank", rerank, searched.per_source, p.preset, now=now, window=window,
             limit=options.limit, query=q, diversify_by=options.diversify_by,
             per_bucket=options.per_bucket, named_seeds=options.seed_ids,
+            present=intent.present, relations=intent.relations,
         )  # fmt: skip
         results = [RetrievalResult.of(r, details=options.include_metadata_details) for r in scored]
         if options.context_window > 0 and results:

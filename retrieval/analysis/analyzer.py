@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 
 from retrieval.analysis.answers import asked_kind
 from retrieval.analysis.calendar_ja import national_holidays
+from retrieval.analysis.names import LATIN_TITLES, query_names
 from retrieval.analysis.nlp import (
     STOP_WORDS,
     JapaneseNLP,
@@ -19,8 +20,9 @@ from retrieval.analysis.nlp import (
     question_focus,
     terms_from_tokens,
 )
+from retrieval.analysis.tense import asks_about_now, relations_in
 from retrieval.analysis.timeexpr import parse_time, strip_spans
-from retrieval.models import Entity, QueryIntent, QueryType
+from retrieval.models import Entity, QueryIntent, QueryType, TimeRange
 
 _TYPE_ORDER = (
     QueryType.COMPARATIVE,
@@ -108,7 +110,9 @@ class QueryAnalyzer:
         relative = [(s, e) for s, e in tp.spans if not any(ch.isdigit() for ch in text[s:e])]
         body = strip_spans(text, relative) if relative else text
         toks = self.nlp.tokens(body)
-        keywords = _unique(terms_from_tokens(toks))
+        # Honorifics written in Latin letters (Tanaka-san, Kuroda-sensei) are no keywords.
+        keywords = _unique([t for t in terms_from_tokens(toks) if t not in LATIN_TITLES])
+        focus = question_focus(body, toks)
         entities: list[Entity] = self.nlp.entities(body, toks)
         names = _unique(
             [e.text for e in entities if len(e.text) >= 2]
@@ -133,9 +137,18 @@ class QueryAnalyzer:
             language="en" if text.isascii() else "ja",
             name_terms=tuple(names[:8]),
             name_index_terms=tuple(" ".join(self.nlp.terms(n)) for n in names[:8]),
-            focus=(focus := question_focus(toks)),
-            asks=asked_kind(body, toks, focus),
+            focus=focus.word if focus else None,
+            focus_term=focus.term if focus else None,
+            names=tuple(query_names(toks)),
+            present=asks_about_now(body, toks, past_window=_past(tp.range)),
+            relations=tuple(sorted(relations_in(body))),
+            asks=asked_kind(body, toks, focus.term if focus else None),
         )
+
+
+def _past(window: TimeRange | None) -> bool:
+    """A window that names a time over (2023年, last month), not the recent days (最近)."""
+    return window is not None and window.relative != "recent"
 
 
 def _unique(items: list[str]) -> list[str]:

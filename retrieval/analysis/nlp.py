@@ -23,7 +23,8 @@ logger = logging.getLogger(__name__)
 # Bump when the index terms or entities change: cached eval indexes are rebuilt, and a store
 # indexed by an older version is told to re-tokenize (`retrieval retokenize`).
 # 5: English phrases Sudachi reads as one katakana word are their words (want to -> want).
-TOKENIZER_VERSION = "5"
+# 6: a memory's terms hold a script-neutral key per person's name (retrieval.analysis.names).
+TOKENIZER_VERSION = "6"
 
 # Sudachi POS prefixes (token.tag_) whose words carry content.
 _CONTENT_POS = ("名詞", "動詞-一般", "形容詞-一般", "形状詞")
@@ -83,12 +84,14 @@ _JAPANESE_RE = re.compile("[\u3040-\u30ff\u3400-\u9fff]")
 
 
 class Token(NamedTuple):
-    """One morpheme: surface, normal form, Sudachi tag (名詞-固有名詞-…), UD POS (spaCy path)."""
+    """One morpheme: surface, normal form, Sudachi tag (名詞-固有名詞-…), UD POS (spaCy path),
+    and for a person's name (a 人名 tag) its reading in katakana."""
 
     surface: str
     norm: str
     tag: str
     pos: str
+    reading: str = ""
 
 
 class JapaneseNLP:
@@ -140,24 +143,28 @@ class JapaneseNLP:
             if direct:
                 tags = self._tags
                 with self._lock:  # Sudachi tokenizers are not thread-safe
-                    morphemes = [
-                        (
-                            m.surface(),
-                            m.normalized_form(),
-                            tags.get(m.part_of_speech_id()) or self._tag(m),
-                        )
-                        for m in self._sudachi.tokenize(chunk)
-                    ]
+                    morphemes = []
+                    for m in self._sudachi.tokenize(chunk):
+                        tag = tags.get(m.part_of_speech_id()) or self._tag(m)
+                        # A name's reading (retrieval.analysis.names); only names pay for it.
+                        reading = m.reading_form() if "人名" in tag else ""
+                        morphemes.append((m.surface(), m.normalized_form(), tag, reading))
                 out.extend(
-                    Token(surface, norm or surface, tag, "")
-                    for surface, norm, tag in morphemes
+                    Token(surface, norm or surface, tag, "", reading)
+                    for surface, norm, tag, reading in morphemes
                     if surface and not surface.isspace()
                 )
                 continue
             with self._lock:
                 doc = self._nlp.tokenizer(chunk)
             out.extend(
-                Token(t.text, t.norm_ or t.text, t.tag_ or "", t.pos_ or "")
+                Token(
+                    t.text,
+                    t.norm_ or t.text,
+                    t.tag_ or "",
+                    t.pos_ or "",
+                    (t.morph.get("Reading") or [""])[0] if "人名" in (t.tag_ or "") else "",
+                )
                 for t in doc
                 if not t.is_space
             )
@@ -188,15 +195,36 @@ def _is_content(tok: Token) -> bool:
     return tok.pos in {"NOUN", "PROPN", "VERB", "ADJ", "NUM"}
 
 
-def question_focus(toks: list[Token]) -> str | None:
-    """What a question asks about: its last common noun that is a search term (締め切り in
-    「…の締め切りはいつ？」, 予算 in 「…の予算を教えて」), as the term; None without one."""
+# "which book", "what kind of restaurant", "how many cats": the noun an English question asks
+# about (its words in between are no nouns of their own).
+_EN_FOCUS_RE = re.compile(
+    r"\b(?:which|what|how many|how much)\s+(?:(?:kind|sort|type)s?\s+of\s+)?([a-z][a-z\-]+)",
+    re.IGNORECASE,
+)
+
+
+class Focus(NamedTuple):
+    """What a question asks about: the word as written, and its search term."""
+
+    word: str
+    term: str
+
+
+def question_focus(text: str, toks: list[Token]) -> Focus | None:
+    """What a question asks about: in Japanese its last common noun that is a search term (締切
+    in 「…の締切はいつ？」, 予算 in 「…の予算を教えて」), in English the noun after which / what /
+    how many ("which book"); None without one."""
+    if text.isascii():
+        m = _EN_FOCUS_RE.search(text)
+        if m is None or m.group(1).lower() in STOP_WORDS:
+            return None
+        return Focus(m.group(1), english_norm(m.group(1)))
     for tok in reversed(toks):
         if tok.tag.startswith("名詞-普通名詞") and _is_content(tok):
             latin = _ASCII_ALNUM_RE.match(tok.surface)
             term = english_norm(tok.surface) if latin else tok.norm.lower()
             if term not in STOP_WORDS and tok.surface not in STOP_WORDS:
-                return term
+                return Focus(tok.surface, term)
     return None
 
 
@@ -253,8 +281,11 @@ def cheap_entities(toks: list[Token]) -> list[Entity]:
         run, label = [], ""
 
     for tok in toks:
-        if _LATIN_RE.match(tok.surface) and tok.surface.lower() in STOP_WORDS:
-            flush()  # Sudachi tags some English words as proper nouns (was, did)
+        latin = _LATIN_RE.match(tok.surface)
+        if latin and (tok.surface.lower() in STOP_WORDS or not tok.surface[:1].isupper()):
+            # Sudachi tags some English words as proper nouns (was, did, eat, last): in Latin
+            # letters only a capital says name
+            flush()
         elif "固有名詞" in tok.tag:
             tok_label = next((lab for key, lab in _ENTITY_LABELS if key in tok.tag), "ProperNoun")
             if not run or not label:

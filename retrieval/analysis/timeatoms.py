@@ -396,7 +396,7 @@ _TABLE: list[tuple[str, str, Builder]] = [
     ),
     (
         "season",
-        r"(?<![一-龯])(?P<s>[春夏秋冬])(?=休み|場|先|頃|ごろ|[にのはもをごく、。,.\s]|$)",
+        r"(?<![一-龯])(?P<s>[春夏秋冬])(?=休み|場|先|頃|ごろ|以[降後前来]|から|まで|より|[にのはもをごく、。,.\s]|$)",
         lambda m: (m["s"], "past"),
     ),
     (
@@ -406,6 +406,27 @@ _TABLE: list[tuple[str, str, Builder]] = [
         lambda m: _en_season(m),
     ),
     ("year", r"(?i)\b(?:in|of|during) (?P<y>\d{4})\b", lambda m: ("abs", int(m["y"]))),
+    (  # a year after a bound's word (since 2025, before 2023) or ending a range (2020 to 2023):
+        # the year alone; the bound's words are read by retrieval.analysis.timebounds
+        "year",
+        r"(?i)(?:"
+        + "|".join(
+            f"(?<={w} )"
+            for w in (
+                "since",
+                "before",
+                "after",
+                "until",
+                "till",
+                "from",
+                "through",
+                "between",
+                "prior to",
+            )
+        )
+        + r"|(?<=\d{4} to )|(?<=\d{4} and ))(?P<y>(?:19|20|21)\d\d)\b",
+        lambda m: ("abs", int(m["y"])),
+    ),
     (
         "nowish",
         r"今頃|今ごろ|この時期|同じ頃|同じ時期|(?i:\bthis time of (?:the )?year\b|\baround this time\b)",

@@ -1,12 +1,14 @@
 """What a write learns of a memory's text besides its vector: its index terms (Sudachi normal
-forms, English stems) and the names it mentions, off the event loop."""
+forms, English stems, and a script-neutral key per person's name) and the names it mentions,
+off the event loop."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from retrieval.analysis.nlp import JapaneseNLP, memory_entities, terms_from_tokens
+from retrieval.analysis.names import is_name_key, name_keys
+from retrieval.analysis.nlp import JapaneseNLP, Token, memory_entities, terms_from_tokens
 
 # Terms and entities of one text: what tokenising a memory yields.
 Analysis = tuple[list[str], list[tuple[str, float]]]
@@ -14,12 +16,23 @@ Analysis = tuple[list[str], list[tuple[str, float]]]
 Analyser = Callable[[list[str], list[bool]], Awaitable[list[Analysis]]]
 
 
+def index_terms(toks: list[Token]) -> list[str]:
+    """What a memory is indexed under: its words' terms, then its names' script-neutral keys
+    (retrieval.analysis.names)."""
+    return terms_from_tokens(toks) + name_keys(toks)
+
+
+def word_count(terms: list[str]) -> int:
+    """A memory's length for BM25: its words' terms (not its name keys)."""
+    return sum(1 for t in terms if not is_name_key(t))
+
+
 def analyse_texts(nlp: JapaneseNLP, texts: list[str], want_entities: list[bool]) -> list[Analysis]:
     """Index terms and (where wanted) entities of each text: the CPU-bound part of a write."""
     out: list[Analysis] = []
     for text, want in zip(texts, want_entities, strict=True):
         toks = nlp.tokens(text)
-        out.append((terms_from_tokens(toks), memory_entities(text, toks) if want else []))
+        out.append((index_terms(toks), memory_entities(text, toks) if want else []))
     return out
 
 

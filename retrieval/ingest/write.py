@@ -24,7 +24,7 @@ from retrieval.embedding.documents import embed_texts
 from retrieval.embedding.meter import EmbedMeter
 from retrieval.embedding.texts import PassageRow, Recipe, memory_text, recipe, turn_text
 from retrieval.errors import InvalidInput, StoreUnavailable
-from retrieval.ingest.analyse import Analyser, in_threads
+from retrieval.ingest.analyse import Analyser, in_threads, word_count
 from retrieval.ingest.items import MemoryIn
 from retrieval.ingest.turns import may_follow, predecessors
 from retrieval.validation import check_namespace, duplicate_ids
@@ -238,7 +238,7 @@ def _row(
         metadata=it.metadata,
         embedding=embedding,
         search_tokens=" ".join(terms),
-        token_count=len(terms),
+        token_count=word_count(terms),
         created_at=it.created_at,
         expires_at=it.expires_at,
         thread=it.thread,

@@ -1,6 +1,7 @@
 """`retrieval retokenize`: make every memory's index terms again with this version's tokenizer
 (after an upgrade that changed them: English stemming in tokenizer 4, English phrases that
-Sudachi reads as one katakana word split into their words in 5), resumably."""
+Sudachi reads as one katakana word split into their words in 5, names keyed across scripts in
+6), resumably."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import asyncpg
 from db import terms as db_terms
 from retrieval.analysis.nlp import TOKENIZER_VERSION, JapaneseNLP
 from retrieval.embedding.texts import memory_text
+from retrieval.ingest.analyse import index_terms, word_count
 from retrieval.maintenance.passes import batches
 
 logger = logging.getLogger(__name__)
@@ -30,13 +32,14 @@ async def outdated(pool: asyncpg.Pool) -> str | None:
     made = f"tokenizer {got}" if got else "a tokenizer before version 4"
     return (
         f"the stored memories' keyword terms were made by {made}, this is {TOKENIZER_VERSION}: "
-        "run `retrieval retokenize` (English words are stemmed since 4 and English phrases read "
-        "as one katakana word are words since 5; until then they match less)"
+        "run `retrieval retokenize` (English words are stemmed since 4, English phrases read "
+        "as one katakana word are words since 5, and people's names are keyed across scripts "
+        "since 6; until then they match less)"
     )
 
 
 def _terms(nlp: JapaneseNLP, texts: list[str]) -> list[list[str]]:
-    return [nlp.terms(t) for t in texts]
+    return [index_terms(nlp.tokens(t)) for t in texts]
 
 
 async def retokenize(
@@ -52,7 +55,8 @@ async def retokenize(
     async for ns, rows in batches(pool, db_terms.PROGRESS_KEY, _next_batch, batch=batch):
         texts = [memory_text(r["title"], r["content"]) for r in rows]
         new = await asyncio.to_thread(_terms, nlp, texts)
-        await db_terms.replace_terms(pool, ns, [r["id"] for r in rows], new)
+        counts = [word_count(t) for t in new]
+        await db_terms.replace_terms(pool, ns, [r["id"] for r in rows], new, counts)
         done += len(rows)
         if log is not None:
             log(f"{ns}: {done} memories re-tokenized")

@@ -37,8 +37,28 @@ def doc_ngrams(text: str, n: int, owner: Hashable) -> frozenset[str]:
     return _NGRAMS.get_or_compute((owner, text, n), lambda: frozenset(char_ngrams(text, n)))
 
 
+def name_grams(query: str, names: Sequence[str], n: int) -> set[str]:
+    """The query's character n-grams that touch one of `names` where the query writes it (清水
+    in 清水さんに: 清水さ, 水さん for n = 3): what a memory naming them in another script holds
+    of the query."""
+    q = clean(query)
+    out: set[str] = set()
+    for name in names:
+        w = clean(name)
+        start = q.find(w) if w else -1
+        while start >= 0:
+            lo, hi = max(0, start - n + 1), min(len(q) - n, start + len(w) - 1)
+            out.update(q[i : i + n] for i in range(lo, hi + 1))
+            start = q.find(w, start + 1)
+    return out
+
+
 def lexical_overlap(
-    query: str, docs: Mapping[int, str], n: int = 2, cleaned: Mapping[int, str] | None = None
+    query: str,
+    docs: Mapping[int, str],
+    n: int = 2,
+    cleaned: Mapping[int, str] | None = None,
+    held: Mapping[int, Sequence[str]] | None = None,
 ) -> dict[int, float]:
     """Character n-gram coverage of the query by each document, weighted by how rare each
     n-gram is among these documents (ref-llmless-hybrid-rerank's `lex`, made IDF-aware).
@@ -46,7 +66,8 @@ def lexical_overlap(
     Needs no tokenizer, so it catches what segmentation splits differently in query and text.
     A document given in `cleaned` (already as n-grams read it, retrieval.rank.highlight
     .clean) is tested by substring instead of through its n-gram set: a long memory's
-    highlight, which changes with the query.
+    highlight, which changes with the query. `held`: the question's names a document holds in
+    another script (their n-grams of the query count as held, name_grams()).
     """
     q = char_ngrams(query, n)
     if not q or not docs:
@@ -56,6 +77,9 @@ def lexical_overlap(
         k: set(filter(pre[k].__contains__, q)) if k in pre else doc_ngrams(v, n, k) & q
         for k, v in docs.items()
     }
+    for k, names in (held or {}).items():
+        if k in grams:
+            grams[k] = set(grams[k]) | (name_grams(query, names, n) & q)
     return weighted_coverage(grams, q)
 
 
@@ -64,13 +88,14 @@ def lex_signal(
     texts: Mapping[int, str],
     cleaned: Mapping[int, str],
     preset: Preset,
+    held: Mapping[int, Sequence[str]] | None = None,
 ) -> dict[int, float]:
     """The preset's character n-gram signal per text (its first LEX_MAX_CHARS, or its cleaned
-    form where given); {} when the preset uses none."""
+    form where given; `held` as in lexical_overlap); {} when the preset uses none."""
     if preset.lex_weight <= 0 or not query or not texts:
         return {}
     return lexical_overlap(
-        query, {k: v[:LEX_MAX_CHARS] for k, v in texts.items()}, preset.lex_n, cleaned
+        query, {k: v[:LEX_MAX_CHARS] for k, v in texts.items()}, preset.lex_n, cleaned, held
     )
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from retrieval.analysis.strategy import Preset
 from retrieval.models import (
     ADDABLE_SOURCES,
+    EXPANSION_SOURCES,
     Candidate,
     Fused,
     Relevance,
@@ -24,6 +25,7 @@ from retrieval.models import (
 )
 from retrieval.rank.expansion import Expanded, expand
 from retrieval.rank.fusion import fuse_first_wave
+from retrieval.rank.latest import latest_first
 from retrieval.rank.lexical import (
     blend_lex,
     char_bigrams,
@@ -178,12 +180,20 @@ def explain(
             text += f"; inside {label}"
         elif near > 0:
             text += f"; near {label} (on its fuzzy edge, x{r.signals.get('near_window', 1.0):.2f})"
+        elif "outside_window" in r.signals:
+            text += f"; outside {label} (x{r.signals['outside_window']:.2f}: below those inside)"
         else:
             text += f"; outside {label}"
     if "lex" in r.signals:
         text += f"; char n-gram overlap {r.signals['lex']:.2f}"
+    if "unnamed" in r.signals:
+        text += f"; names none of the people asked about (x{r.signals['unnamed']:.2f})"
+    elif r.candidate.names:
+        text += "; names " + ", ".join(r.candidate.names)
     if recency < 0.999:
         text += f"; recency x{recency:.2f}"
+    for note in r.notes:
+        text += f"; {note}"
     return text
 
 
@@ -198,11 +208,14 @@ def rerank(
     diversify_by: str | None = None,
     per_bucket: int = 0,
     named_seeds: tuple[str, ...] = (),
+    present: bool = False,
+    relations: tuple[str, ...] = (),
 ) -> tuple[list[ScoredResult], int]:
     """Fuse, add what expansion reached, admit the top `rerank_top` by quotas (window first),
     add the character n-gram signal, decay by age, dedupe, threshold, diversify, label and
     explain. `named_seeds`: the memories the caller named as the conversation's (what
-    their hops reach counts even where it matches nothing)."""
+    their hops reach counts even where it matches nothing). `present`: a question about now,
+    whose newest fact goes first (retrieval.rank.latest; `relations`: whose fact it asks)."""
     fused, expanded = expand(
         fuse_first_wave(per_source, preset), per_source, preset, frozenset(named_seeds)
     )
@@ -219,12 +232,18 @@ def rerank(
     top = admit(ordered, per_source, preset, max(preset.rerank_top, limit), expanded.answering)
     cands = [f.candidate for f in top]
     spans = highlights(query, cands, per_source)
-    lex = lex_signal(query, *lex_inputs(cands, spans, expanded.chain_text), preset)
+    named = {c.external_id: c.names for c in per_source.get(Source.TRIGRAM, ()) if c.names}
+    # A name it holds in another script (Michael for マイケル) counts as held.
+    held = {c.id: named[c.external_id] for c in cands if c.external_id in named}
+    lex = lex_signal(query, *lex_inputs(cands, spans, expanded.chain_text), preset, held)
     scored = [_score(f, per_source, preset, now, placed(f.candidate), lex) for f in top]
     scored = [
         (a, replace(r, highlight=spans[r.candidate.id][0].bounds), b, c) for a, r, b, c in scored
     ]
+    scored = _about_the_people(scored, named, per_source)
     scored.sort(key=lambda x: (x[0], x[1].score), reverse=True)
+    if present:
+        scored = latest_first(scored, relations)
     meta = {r.candidate.id: (near, rec) for _, r, rec, near in scored}
     # The threshold applies to everything but memories inside a window the query named and
     # memories a source the caller added found (the newest, the states): those were asked for.
@@ -238,6 +257,7 @@ def rerank(
     kept, dropped = dedupe(passing, preset.dedupe_threshold, keep=None if diverse else limit)
     if diverse:
         kept = diversify(kept, diversify_by or "", per_bucket, limit)
+    kept = _below_the_window(kept, {i for i, (near, _) in meta.items() if near >= 0})
     final = [
         _label(r, preset, window if first else None, *meta[r.candidate.id], expanded) for r in kept
     ]
@@ -273,6 +293,63 @@ def _score(
     return near >= 0, ScoredResult(cand, score * rec, signals, sources), rec, near
 
 
+def _below_the_window(results: list[ScoredResult], inside: set[int]) -> list[ScoredResult]:
+    """Window-first order, in the scores: every result outside the window (its id not in
+    `inside`) is scaled by one factor so that the best of them scores no more than the weakest
+    inside, their order among themselves kept. The score returned is then the one the list is
+    ordered by."""
+    ins = [r.score for r in results if r.candidate.id in inside]
+    outs = [r.score for r in results if r.candidate.id not in inside]
+    if not ins or not outs or max(outs) <= min(ins):
+        return results
+    factor = max(min(ins), 0.0) / max(outs)
+    return [
+        r
+        if r.candidate.id in inside
+        else replace(r, score=r.score * factor, signals={**r.signals, "outside_window": factor})
+        for r in results
+    ]
+
+
+# A question that names people the store knows (its names leg found memories naming them, in
+# any script) is about them: a memory that names none of them, and was not reached from one
+# that does, keeps this share of its score. 佐藤さんのお土産 is not 青木さんのお土産, however
+# close their words; among the memories naming 佐藤 the topic still decides.
+UNNAMED_SHARE = 0.5
+
+
+def _about_the_people(
+    scored: list[tuple[bool, ScoredResult, float, float]],
+    named: Mapping[str, tuple[str, ...]],
+    per_source: Mapping[Source, Sequence[Candidate]],
+) -> list[tuple[bool, ScoredResult, float, float]]:
+    """Scores of memories that name none of the question's people (`named`: those that do, by
+    external id), and were not reached by a hop from one that does, multiplied by
+    UNNAMED_SHARE (said in their reasons)."""
+    if not named:
+        return scored
+    reached = {
+        c.id
+        for s in EXPANSION_SOURCES
+        for c in per_source.get(s, ())
+        if c.hop is not None and c.hop.seed in named
+    }
+    out = []
+    for inside, r, rec, near in scored:
+        c = r.candidate
+        if c.external_id in named:
+            r = replace(r, candidate=replace(c, names=named[c.external_id]))
+        elif c.id not in reached:
+            signals = {**r.signals, "unnamed": UNNAMED_SHARE}
+            r = replace(r, score=r.score * UNNAMED_SHARE, signals=signals)
+        out.append((inside, r, rec, near))
+    return out
+
+
+# Below this score a result carries the lowest strength label (`low`), whatever found it.
+WEAK_SCORE = 0.05
+
+
 def _label(
     r: ScoredResult,
     preset: Preset,
@@ -282,11 +359,17 @@ def _label(
     expanded: Expanded,
 ) -> ScoredResult:
     """The result with its relevance label and its reason (window given only in window-first
-    ranking)."""
-    relevance = Relevance.HIGH if r.score >= preset.high_score and near == 0 else Relevance.MEDIUM
+    ranking): the label follows from the score, and a memory beside or outside the window says
+    so instead."""
     if window is not None and near > 0:
         relevance = Relevance.NEAR_WINDOW
     elif window is not None and near < 0:
         relevance = Relevance.OUTSIDE_WINDOW
+    elif r.score >= preset.high_score:
+        relevance = Relevance.HIGH
+    elif r.score >= WEAK_SCORE:
+        relevance = Relevance.MEDIUM
+    else:
+        relevance = Relevance.LOW
     reason = explain(r, window, rec, near, expanded.vias.get(r.candidate.id, ()))
     return replace(r, relevance=relevance, reason=reason)

@@ -243,7 +243,7 @@ async def entity(run: SearchRun, given: Given) -> list[Candidate]:
         ENTITY_MAX_DF,
         ENTITY_MAX_DF_SHARE,
         normalize_entity(run.intent.query),
-        run.intent.focus,
+        run.intent.focus_term,
     )
     out: list[Candidate] = []
     seeds: dict[str, bool] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from retrieval.models import Candidate, Source
+from retrieval.models import Candidate, QueryIntent, Source
 from retrieval.search.run import COLS, WHERE, Given, SearchRun, Skip, found, leg_connection
 
 # Returns document frequency and IDF of the query's lexemes, with the namespace's average length.
@@ -22,17 +22,20 @@ JOIN namespace_stats s ON s.namespace = $1"""
 # length from term_df/namespace_stats; the filters are checked best score first (equal scores by
 # row id, so that which of them make the k does not change with the plan). Terms arrive as an
 # array parameter, so user text never reaches SQL or tsquery syntax.
+# A person's name counts once however it is written: the terms of one group ($13: a name's word
+# and its script-neutral keys) give a memory their best score, not their sum.
 KEYWORD_SQL = f"""
-WITH q AS (SELECT * FROM unnest($6::text[], $7::float8[]) AS q(term, idf)),
-hits AS (
-  SELECT p.memory_id,
-         sum(q.idf * (p.tf * ($8::float8 + 1))
+WITH q AS (SELECT * FROM unnest($6::text[], $7::float8[], $13::int[]) AS q(term, idf, grp)),
+per_term AS (
+  SELECT p.memory_id, q.grp,
+         max(q.idf * (p.tf * ($8::float8 + 1))
              / (p.tf + $8::float8 * (1 - $9::float8 + $9::float8 * p.dl / $11::float8))) AS score
   FROM q CROSS JOIN LATERAL (
     SELECT p.memory_id, p.tf, p.dl FROM postings p
     WHERE p.namespace = $1 AND p.term = q.term
     ORDER BY p.impact DESC LIMIT $10) AS p
-  GROUP BY p.memory_id)
+  GROUP BY p.memory_id, q.grp),
+hits AS (SELECT memory_id, sum(score) AS score FROM per_term GROUP BY memory_id)
 SELECT {COLS}, h.score
 FROM (SELECT * FROM hits ORDER BY score DESC, memory_id) AS h
 CROSS JOIN LATERAL (SELECT m.*, m.xmin FROM memories m WHERE m.id = h.memory_id AND {WHERE}) AS m
@@ -57,14 +60,27 @@ async def query_terms(run: SearchRun, conn: asyncpg.Connection) -> list[asyncpg.
     """The query's keyword terms this namespace holds (term, idf, avgdl), the rarest
     MAX_QUERY_TERMS of them: the rarest carry the score, the rest would only grow the postings
     read."""
-    text = " ".join(run.intent.keywords)
+    keys = [k for n in run.intent.names for k in n.keys]
+    text = " ".join([*run.intent.keywords, *keys])
     stats = await conn.fetch(TERM_STATS_SQL, run.filters.namespace, text, timeout=run.timeout_s)
     return sorted(stats, key=lambda r: float(r["idf"]), reverse=True)[:MAX_QUERY_TERMS]
 
 
+def term_groups(intent: QueryIntent, terms: list[str]) -> list[int]:
+    """Each term's group: a name's word and keys share one (retrieval.analysis.names), every
+    other term is a group of its own."""
+    of: dict[str, int] = {}
+    for g, name in enumerate(intent.names):
+        for t in (*name.terms, *name.keys):
+            of.setdefault(t, g)
+    base = len(intent.names)
+    return [of.get(t, base + i) for i, t in enumerate(terms)]
+
+
 async def keyword(run: SearchRun, given: Given) -> list[Candidate]:
-    """BM25 over the Sudachi tokens of any of the query's keywords, from impact-ordered postings."""
-    if not run.intent.keywords:
+    """BM25 over the Sudachi tokens of any of the query's keywords (and its people's names in any
+    script), from impact-ordered postings."""
+    if not run.intent.keywords and not run.intent.names:
         raise Skip("the query has no keywords")
     async with leg_connection(run) as conn:
         stats = await query_terms(run, conn)
@@ -73,13 +89,14 @@ async def keyword(run: SearchRun, given: Given) -> list[Candidate]:
         rows = await conn.fetch(
             KEYWORD_SQL,
             *run.where_args(),
-            [r["term"] for r in stats],
+            terms := [r["term"] for r in stats],
             [float(r["idf"]) for r in stats],
             BM25_K1,
             BM25_B,
             POSTINGS_PER_TERM,
             float(stats[0]["avgdl"]),
             run.k,
+            term_groups(run.intent, terms),
             timeout=run.timeout_s,
         )
         return await found(run, conn, rows, Source.KEYWORD)

@@ -36,7 +36,30 @@ DATE, AMOUNT = AnswerKind.DATE, AnswerKind.AMOUNT
 )
 def test_asked_kind(nlp, question, kind):
     toks = nlp.tokens(question)
-    assert asked_kind(question, toks, question_focus(toks)) == kind
+    focus = question_focus(question, toks)
+    assert asked_kind(question, toks, focus.term if focus else None) == kind
+
+
+@pytest.mark.parametrize(
+    ("text", "word", "term"),
+    [
+        # Japanese: the last common noun, as written, and its normal form
+        ("山田真由さんと打ち合わせしたプロジェクトの締め切りはいつ？", "締め切り", "締め切り"),
+        ("提出の締切はいつ？", "締切", "締め切り"),
+        ("井上さんと進めている案件の予算を教えて", "予算", "予算"),
+        ("ヒスイの集まりはどこでやるの", "集まり", "集まり"),
+        ("どこ？", None, None),
+        # English: the noun a question word asks about, as typed; no verb ever is one
+        ("Which book did Hanako Ikeda recommend to me?", "book", "book"),
+        ("What restaurants did we try in Kyoto?", "restaurants", "restaur"),
+        ("what kind of dog does John have", "dog", "dog"),
+        ("what did I eat last week", None, None),
+        ("where do I live now?", None, None),
+    ],
+)
+def test_the_focus_is_what_the_question_asks_about_as_written(nlp, text, word, term):
+    got = question_focus(text, nlp.tokens(text))
+    assert (got.word, got.term) == (word, term) if word else got is None
 
 
 @pytest.mark.parametrize(

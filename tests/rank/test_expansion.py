@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from retrieval.analysis.nlp import memory_entities, question_focus
+from retrieval.analysis.nlp import memory_entities
 from retrieval.analysis.strategy import HYBRID
 from retrieval.ingest.items import parse_items
 from retrieval.ingest.write import ingest
@@ -320,16 +320,6 @@ def test_diversify_by_a_metadata_key():
         rs.append(ScoredResult(c, 1.0 - i / 10, {}, ["vector"]))
     got = [r.candidate.metadata["year"] for r in diversify(rs, "year", 1, 4)]
     assert got == ["2024", "2025", "2026", "2024"]
-
-
-def test_the_question_focus_is_its_last_common_noun(nlp):
-    for text, focus in [
-        ("山田真由さんと打ち合わせしたプロジェクトの締め切りはいつ？", "締め切り"),
-        ("井上さんと進めている案件の予算を教えて", "予算"),
-        ("ヒスイの集まりはどこでやるの", "集まり"),
-        ("どこ？", None),
-    ]:
-        assert question_focus(nlp.tokens(text)) == focus, text
 
 
 async def test_expansion_seeds_from_the_text_legs_while_the_query_is_embedded(rt, ns):

@@ -95,6 +95,35 @@ def test_rerank_window_first_then_outside():
     assert "inside last_week" in res[0].reason and before == 2
 
 
+def test_scores_follow_the_window_first_order_and_weak_results_are_low():
+    """An inside memory the legs scored ~0 ranks above a strong one outside the window: the
+    outside one's returned score is brought below it (one factor, said in the reason), so the
+    list is in score order; a weak inside one is labelled `low`, never `medium`."""
+    w = TimeRange(NOW - timedelta(days=7), None, None, "先週から")
+    old = NOW - timedelta(days=100)
+    per = {
+        Source.TEMPORAL: [
+            cand(1, 0.9, Source.TEMPORAL, created_at=NOW - timedelta(days=2)),
+            cand(2, 0.1, Source.TEMPORAL, created_at=NOW - timedelta(days=3)),
+        ],
+        Source.VECTOR: [
+            cand(3, 0.95, Source.VECTOR, created_at=old),
+            cand(4, 0.80, Source.VECTOR, created_at=old),
+            cand(1, 0.9, Source.VECTOR, created_at=NOW - timedelta(days=2)),
+            cand(5, 0.2, Source.VECTOR, created_at=old),
+        ],
+    }
+    res, _ = rerank(per, TEMPORAL, now=NOW, window=w, limit=10)
+    assert [r.candidate.id for r in res][:2] == [1, 2]
+    scores = [r.score for r in res]
+    assert scores == sorted(scores, reverse=True), scores
+    by_id = {r.candidate.id: r for r in res}
+    assert by_id[2].score < 0.05 and by_id[2].relevance == "low"
+    assert by_id[3].relevance == "outside_window" and by_id[3].score <= by_id[2].score
+    assert "below those inside" in by_id[3].reason
+    assert by_id[3].score >= by_id[4].score  # their own order is kept
+
+
 def test_rerank_threshold_labels_and_reasons():
     per = {
         Source.VECTOR: [cand(1, 0.9, Source.VECTOR), cand(2, 0.1, Source.VECTOR)],

@@ -113,6 +113,9 @@ async def test_trigram_leg_uses_the_trigram_index(rt, ns):
                 2.0,
                 10,
                 [1.0, 1.0],
+                [],
+                [],
+                [],
                 "%ボロベン%",
                 "%コーヒー%",
             )
@@ -207,25 +210,21 @@ async def test_the_keyword_leg_scores_at_most_the_rarest_32_terms(rt, ns):
 
 
 class _CountingPool:
-    """A pool that records how many connections are held at once."""
+    """A pool that records how many connections are held at once (taken the way db.session
+    takes them: awaited, then released)."""
 
     def __init__(self, pool) -> None:
         self.pool, self.held, self.most = pool, 0, 0
 
-    def acquire(self, timeout=None):
-        from contextlib import asynccontextmanager
+    async def acquire(self, timeout=None):
+        conn = await self.pool.acquire(timeout=timeout)
+        self.held += 1
+        self.most = max(self.most, self.held)
+        return conn
 
-        @asynccontextmanager
-        async def held():
-            async with self.pool.acquire(timeout=timeout) as conn:
-                self.held += 1
-                self.most = max(self.most, self.held)
-                try:
-                    yield conn
-                finally:
-                    self.held -= 1
-
-        return held()
+    async def release(self, conn, timeout=None):
+        self.held -= 1
+        await self.pool.release(conn, timeout=timeout)
 
 
 async def test_one_request_holds_at_most_its_connection_budget(rt, ns):

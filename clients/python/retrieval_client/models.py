@@ -31,6 +31,7 @@ class Relevance(StrEnum):
 
     HIGH = "high"  # a strong score, not a near-duplicate of a better result
     MEDIUM = "medium"
+    LOW = "low"  # a weak score (below 0.05): listed, but little says it answers
     NEAR_WINDOW = "near_window"  # just outside a fuzzy window (お盆の頃, around March)
     OUTSIDE_WINDOW = "outside_window"
 

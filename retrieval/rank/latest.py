@@ -1,0 +1,124 @@
+"""The latest fact: a question about the present (retrieval.analysis.tense) puts the newest of
+the memories that state the same thing first.
+
+"Where do I live now?" with "moved to Osaka" (2023) and "moved to Kyoto" (2024): both are about
+one thing, and the newer one answers. No model decides what "the same thing" is. Two memories
+state it when they name the same relations as the question (my move, not my parents'; 兄's
+city, not mine), their vectors are close (cosine >= CHAIN_COS), and they share words: a
+content word that few of the candidates hold (Osaka, 美容院, アレグラ), or the relation itself
+when the question names one (兄); without a shared word, only very close ones that are both
+among the question's nearest (a docomo contract and a switch to ahamo). Vectors alone do not
+tell it: on multilingual-e5 a phone contract and a visit to a chiropractor sit at 0.92. From each of the best results (a
+seed, itself about the question's relations) the memories that state the same thing form a
+chain, whose scores are handed out again newest first (the newest takes the chain's best),
+each member saying so in its reason. A question about the past is left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from retrieval.analysis.nlp import STOP_WORDS, english_norm
+from retrieval.analysis.tense import relations_in
+from retrieval.models import ScoredResult, Source
+from retrieval.rank.lexical import LEX_MAX_CHARS
+
+# Two memories stating one thing are at least this close (multilingual-e5: a move to Osaka and
+# one to Kyoto 0.87; unrelated memories of a store 0.75-0.80 on average, some far closer).
+CHAIN_COS = 0.85
+# ... and without a shared word, this close, and both among the NEAREST results to the question
+# (a phone contract with docomo and a switch to ahamo: 0.90, no word in common).
+CLOSE_COS = 0.9
+NEAREST = 10
+# A shared content word says "the same thing" when at most this many candidates hold it.
+RARE_DF = 3
+# The best results a chain may start from.
+SEEDS = 3
+Scored = tuple[bool, ScoredResult, float, float]
+
+
+def latest_first(scored: list[Scored], relations: Sequence[str]) -> list[Scored]:
+    """`scored` (best first) with each chain in time order, newest first (see the module)."""
+    if len(scored) < 2:
+        return scored
+    about = frozenset(relations)
+    whose = [relations_in(r.candidate.content) == about for _, r, _, _ in scored]
+    vecs = np.stack([np.asarray(r.candidate.embedding, np.float32) for _, r, _, _ in scored])
+    vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+    words = _rare_words([r.candidate.content for _, r, _, _ in scored])
+    near = _nearest_to_the_question(scored)
+    taken: set[int] = set()
+    out = list(scored)
+    for seed in [i for i in range(len(scored)) if whose[i]][:SEEDS]:
+        if seed in taken:
+            continue
+        close = vecs @ vecs[seed]
+        chain = [
+            i
+            for i in range(len(scored))
+            if i not in taken
+            and whose[i]
+            and close[i] >= CHAIN_COS
+            and (
+                i == seed
+                or bool(about)
+                or bool(words[i] & words[seed])
+                or (close[i] >= CLOSE_COS and i in near and seed in near)
+            )
+        ]
+        taken.update(chain)
+        if len(chain) > 1:
+            out = _in_time_order(out, chain)
+    out.sort(key=lambda x: (x[0], x[1].score), reverse=True)
+    return out
+
+
+def _nearest_to_the_question(scored: list[Scored]) -> set[int]:
+    """The NEAREST results closest to the question by the vector leg's cosine."""
+    cos = [(r.signals.get(Source.VECTOR.value, -1.0), i) for i, (_, r, _, _) in enumerate(scored)]
+    return {i for c, i in sorted(cos, reverse=True)[:NEAREST] if c > -1.0}
+
+
+def _in_time_order(out: list[Scored], chain: list[int]) -> list[Scored]:
+    """The chain's scores handed out newest first (the best to the newest, the next to the one
+    before it, ...), each member's reason saying so."""
+    by_time = sorted(chain, key=lambda i: out[i][1].candidate.created_at, reverse=True)
+    scores = sorted((out[i][1].score for i in chain), reverse=True)
+    newest = out[by_time[0]][1].candidate.external_id
+    got = list(out)
+    for k, (i, score) in enumerate(zip(by_time, scores, strict=True)):
+        inside, r, rec, near = out[i]
+        note = (
+            f"the newest of {len(chain)} memories stating this (a question about now)"
+            if k == 0
+            else f"older than {newest}, which states this too (a question about now)"
+        )
+        got[i] = (inside, replace(r, score=score, notes=(*r.notes, note)), rec, near)
+    return got
+
+
+# Content words without a tokenizer: Latin words (stemmed), katakana words, kanji compounds.
+_WORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9\-]{2,}|[\u30A1-\u30FAー]{2,}|[\u4E00-\u9FFF々]{2,}")
+
+
+def _rare_words(texts: list[str]) -> list[set[str]]:
+    """Each text's content words (Osaka, 美容院, アレグラ: no stop words) that at most RARE_DF of
+    the texts hold: what it is about, not the language it is in."""
+    words = []
+    for t in texts:
+        found = set()
+        for w in _WORD_RE.findall(t[:LEX_MAX_CHARS]):
+            low = w.lower()
+            if w.isascii():
+                if low in STOP_WORDS or len(low) < 4:
+                    continue
+                low = english_norm(low)
+            found.add(low)
+        words.append(found)
+    df = Counter(w for ws in words for w in ws)
+    return [{w for w in ws if df[w] <= RARE_DF} for ws in words]

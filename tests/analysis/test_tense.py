@@ -1,0 +1,44 @@
+"""Questions about now, and whose fact a text states."""
+
+import pytest
+
+from retrieval.analysis.tense import asks_about_now, relations_in
+
+
+@pytest.mark.parametrize(
+    ("question", "now"),
+    [
+        ("where do I live now?", True),
+        ("What laptop am I using these days?", True),
+        ("Who is my dentist?", True),
+        ("What's my job title?", True),
+        ("兄は今どこに住んでる？", True),
+        ("今の携帯のキャリアは？", True),
+        ("いつも髪を切ってもらってる美容院は？", True),
+        ("いま習っている楽器は？", True),
+        # the past, or someone else's present, is not asked about now
+        ("Where did I live in 2023?", False),
+        ("What was my first job?", False),
+        ("What is Caroline's identity?", False),
+        ("大阪に住んでいた頃の家は？", False),
+        ("ジョンが飼い始めた犬の名前は？", False),
+        ("会議で何を主張してた？", False),
+    ],
+)
+def test_a_question_about_now(nlp, question, now):
+    assert asks_about_now(question, nlp.tokens(question), past_window=False) is now
+
+
+def test_a_named_past_window_is_never_now(nlp):
+    q = "Where do I live now?"
+    assert not asks_about_now(q, nlp.tokens(q), past_window=True)
+
+
+def test_relations_in_both_languages_and_not_inside_other_words():
+    assert (
+        relations_in("兄一家が福岡に引っ越した") == {"brother"} == relations_in("my brother moved")
+    )
+    assert relations_in("My wife uses a Surface Laptop") == {"spouse"}
+    assert relations_in("My teammate Rina was promoted") == {"colleague"}
+    assert relations_in("大丈夫、弟子が来た") == frozenset()
+    assert relations_in("Moved to Kyoto this weekend") == frozenset()

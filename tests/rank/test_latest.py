@@ -1,0 +1,57 @@
+"""The latest fact first for a question about now (pure: candidates with literal vectors)."""
+
+from datetime import UTC, datetime
+
+import numpy as np
+
+from retrieval.models import ScoredResult
+from retrieval.rank.latest import latest_first
+from tests.fakes import cand
+
+
+def _scored(i, content, score, year, vec):
+    c = cand(i, score, "vector", content=content, created_at=datetime(year, 6, 1, tzinfo=UTC))
+    c.embedding = np.asarray(vec, np.float32)
+    return (True, ScoredResult(c, score, {"vector": score}, ["vector"]), 1.0, 0.0)
+
+
+MOVE = [1.0, 0.2, 0.0]
+OTHER = [0.0, 0.0, 1.0]
+
+
+def test_the_newest_of_a_chain_takes_its_best_score_and_says_so():
+    scored = [
+        _scored(1, "Finally moved to Osaka, close to Tenma.", 0.5, 2023, MOVE),
+        _scored(2, "My parents still live in Nagoya.", 0.45, 2025, MOVE),
+        _scored(3, "Moved to Kyoto; the train to Osaka takes half an hour.", 0.1, 2024, MOVE),
+        _scored(4, "Bought a new desk for the study.", 0.3, 2026, OTHER),
+    ]
+    got = latest_first(scored, ())
+    ids = [r.candidate.id for _, r, _, _ in got]
+    assert ids.index(3) < ids.index(1)  # Kyoto above Osaka
+    kyoto = next(r for _, r, _, _ in got if r.candidate.id == 3)
+    assert kyoto.score == 0.5 and "newest of 2" in kyoto.notes[0]
+    parents = next(r for _, r, _, _ in got if r.candidate.id == 2)
+    assert parents.score == 0.45 and not parents.notes  # someone else's city
+    scores = [r.score for _, r, _, _ in got]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_a_question_about_a_relation_takes_that_relations_facts():
+    scored = [
+        _scored(1, "兄が名古屋に転勤した。", 0.4, 2022, MOVE),
+        _scored(2, "名古屋に出張した。", 0.35, 2026, MOVE),
+        _scored(3, "兄一家が福岡に引っ越した。", 0.2, 2025, MOVE),
+    ]
+    got = latest_first(scored, ("brother",))
+    # the chain's scores handed out newest first: Fukuoka 0.4, Nagoya 0.2; the trip stays
+    assert [(r.candidate.id, r.score) for _, r, _, _ in got] == [(3, 0.4), (2, 0.35), (1, 0.2)]
+
+
+def test_memories_without_a_shared_word_or_far_apart_form_no_chain():
+    scored = [
+        _scored(1, "Started seeing Dr. Okabe at the clinic.", 0.5, 2022, MOVE),
+        _scored(2, "Made plans with the team for the party.", 0.4, 2026, [0.8, 0.2, 0.5]),
+        _scored(3, "Okabe clinic opens on Sundays too.", 0.2, 2025, OTHER),
+    ]
+    assert [r.candidate.id for _, r, _, _ in latest_first(scored, ())] == [1, 2, 3]

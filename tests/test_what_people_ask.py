@@ -1,0 +1,80 @@
+"""What people ask, end to end over HTTP on the real database: a window open on one side, a
+name written in another script, the latest fact of a question about now, and scores that say
+what the list's order says."""
+
+MEMORIES = [
+    (
+        "sato-budget",
+        "佐藤さんは会議で、来期の広告予算を2割削るべきだと主張していた。",
+        "2026-10-01",
+    ),
+    ("ueno-budget", "上野さんは、予算は今のままでいいという意見だった。", "2026-10-02"),
+    ("sato-leave", "佐藤さんは来月から育休に入る。", "2026-10-03"),
+    ("michael-gift", "Michael brought back maple cookies from his trip to Montreal.", "2026-09-10"),
+    ("michael-wedding", "マイケルは来年の春に結婚するらしい。", "2026-09-11"),
+    ("aoki-gift", "青木さんから沖縄のお土産にちんすこうをもらった。", "2026-09-12"),
+    ("kimura-gift", "木村さんから山梨のお土産に信玄餅をもらった。", "2026-09-13"),
+    ("osaka", "Finally moved to Osaka — the new apartment is close to Tenma.", "2023-03-20"),
+    (
+        "kyoto",
+        "Moved to Kyoto this weekend; the train to Osaka only takes half an hour.",
+        "2024-06-09",
+    ),
+    ("parents", "My parents still live in Nagoya.", "2025-01-12"),
+    ("trip-sep", "9月の連休に金沢へ旅行した。兼六園がきれいだった。", "2026-09-21"),
+    ("trip-jul", "7月に沖縄へ旅行した。海がきれいだった。", "2026-07-18"),
+]
+NOW = "2026-11-22T12:00:00+09:00"
+
+
+async def _ask(client, ns, query):
+    r = await client.post(
+        "/v1/retrieve",
+        json={"query": query, "namespace": ns, "options": {"limit": 10, "now": NOW}},
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    scores = [x["score"] for x in body["results"]]
+    assert scores == sorted(scores, reverse=True), (query, scores)  # honest order, every time
+    for x in body["results"]:
+        assert x["score"] >= 0.05 or x["relevance"] in ("low", "near_window", "outside_window")
+    return body
+
+
+async def test_what_people_ask(client, ns):
+    r = await client.post(
+        "/v1/memories",
+        json={
+            "namespace": ns,
+            "memories": [
+                {"id": i, "content": c, "created_at": f"{d}T12:00:00+09:00"} for i, c, d in MEMORIES
+            ],
+        },
+    )
+    assert r.status_code == 200, r.text
+
+    # a name in Latin letters finds 佐藤, above the budget of someone else
+    got = await _ask(client, ns, "What did Sato say about the budget?")
+    ids = [x["id"] for x in got["results"]]
+    assert "sato-budget" in ids[:2] and ids.index("sato-budget") < ids.index("ueno-budget"), ids
+    assert "names Sato" in got["results"][ids.index("sato-budget")]["reason"]
+    assert "names none of the people" in got["results"][ids.index("ueno-budget")]["reason"]
+
+    # katakana finds the Latin-script name, above other people's souvenirs
+    got = await _ask(client, ns, "マイケルのお土産は何だった？")
+    assert "michael-gift" in [x["id"] for x in got["results"][:3]]
+
+    # a question about now: the newest move first, saying so; the parents' city is theirs
+    got = await _ask(client, ns, "where do I live now?")
+    ids = [x["id"] for x in got["results"]]
+    assert ids.index("kyoto") < ids.index("osaka"), ids
+    assert "newest of" in next(x for x in got["results"] if x["id"] == "kyoto")["reason"]
+
+    # 9月以降: a window open at its end; the September trip inside, July's outside and below
+    got = await _ask(client, ns, "9月以降の旅行")
+    window = got["metadata"]["query_intent"]["time_range"]
+    assert window["start"].startswith("2026-09-01") and window["end"] is None
+    ids = [x["id"] for x in got["results"]]
+    assert ids[0] == "trip-sep" and ids.index("trip-jul") > 0
+    july = next(x for x in got["results"] if x["id"] == "trip-jul")
+    assert july["relevance"] == "outside_window"
