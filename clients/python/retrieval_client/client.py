@@ -29,13 +29,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import httpx
 from pydantic import BaseModel
 
 from retrieval_client.errors import BY_STATUS, ApiError
+
+if TYPE_CHECKING:  # httpx loads with the first client (about 0.1 s): not at import
+    import httpx
 from retrieval_client.models import (
     ArchivedOut,
     FeedbackOut,
@@ -95,9 +97,12 @@ class _Base:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        import httpx
+
         self.timeout = httpx.Timeout(timeout)
         self.retries = retries
         self.max_wait_s = max_wait_s
+        self._transport_error = httpx.TransportError
         self._lsn: dict[str, str] = {}  # namespace -> the last write's WAL position
 
     # What each route sends (shared by both clients).
@@ -215,6 +220,8 @@ class RetrievalClient(_Base):
     def __init__(
         self, base_url: str, *, transport: httpx.BaseTransport | None = None, **kw: Any
     ) -> None:
+        import httpx
+
         super().__init__(base_url, **kw)
         self._http = httpx.Client(
             base_url=self.base_url, headers=self.headers, timeout=self.timeout, transport=transport
@@ -237,7 +244,7 @@ class RetrievalClient(_Base):
                 response = self._http.request(
                     call.method, call.path, json=call.json, params=call.params
                 )
-            except httpx.TransportError:
+            except self._transport_error:
                 if not self._may_retry(call, None, attempt):
                     raise
             if response is not None and not self._may_retry(call, response, attempt):
@@ -322,6 +329,8 @@ class AsyncRetrievalClient(_Base):
     def __init__(
         self, base_url: str, *, transport: httpx.AsyncBaseTransport | None = None, **kw: Any
     ) -> None:
+        import httpx
+
         super().__init__(base_url, **kw)
         self._http = httpx.AsyncClient(
             base_url=self.base_url, headers=self.headers, timeout=self.timeout, transport=transport
@@ -344,7 +353,7 @@ class AsyncRetrievalClient(_Base):
                 response = await self._http.request(
                     call.method, call.path, json=call.json, params=call.params
                 )
-            except httpx.TransportError:
+            except self._transport_error:
                 if not self._may_retry(call, None, attempt):
                     raise
             if response is not None and not self._may_retry(call, response, attempt):
