@@ -178,7 +178,9 @@ def test_a_malformed_stdio_line_gets_no_answer_and_the_next_is_served(rt):
     """The SDK's stdio transport answers nothing to a line that is not JSON (docs/mcp.md says
     so); the session goes on: the request after it is answered."""
     import json
+    import queue
     import subprocess
+    import threading
 
     lines = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -189,11 +191,25 @@ def test_a_malformed_stdio_line_gets_no_answer_and_the_next_is_served(rt):
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
     ]  # fmt: skip
     sent = "".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines)
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "retrieval.cli", "mcp"],
-        input=sent, capture_output=True, text=True, timeout=120, cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": rt.dsn},
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        cwd=ROOT, env={**os.environ, "DATABASE_URL": rt.dsn},
     )  # fmt: skip
-    answers = [json.loads(x) for x in proc.stdout.splitlines() if x.strip()]
-    assert [a.get("id") for a in answers] == [1, 2], proc.stdout[-2000:]
+    # Input stays open until both answers are read (at end of input the transport may stop
+    # before it has answered the last request: a race, not the behaviour under test).
+    got: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [got.put(x) for x in proc.stdout], daemon=True).start()
+    proc.stdin.write(sent)
+    proc.stdin.flush()
+    answers: list[dict] = []
+    try:
+        while len(answers) < 2:
+            line = got.get(timeout=120)
+            if line.strip():
+                answers.append(json.loads(line))
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    assert [a.get("id") for a in answers] == [1, 2], answers
     assert {t["name"] for t in answers[1]["result"]["tools"]} == TOOLS
