@@ -100,18 +100,20 @@ def marked(text: str, start: int, end: int) -> Marked:
     if m:
         return Marked(_JA_KINDS[m.group(1)], (end, m.end()))
     before = _EN_BEFORE.search(text[max(0, start - 24) : start])
-    word = before.group(1).lower() if before else None
-    if before and _UNIT_BEFORE.search(text[: start - len(before.group(0))]):
-        return Marked(None)  # "the week before August 3": a time counted from X, not a bound
     after = _EN_AFTER.match(text, end)
     tail = after.group(1).lower() if after else None
-    if word == "from":  # "from X" alone is X ("the photos from March"); "from X on" is not
-        if tail in ("on", "onward", "onwards"):
-            return Marked(Bound.FROM, (start - len(before.group(0)), after.end()))
-        return Marked(None)
-    if word in _EN_KINDS:
-        return Marked(_EN_KINDS[word], (start - len(before.group(0)), start))
-    if tail and tail != "on":
+    if before is not None:
+        lead = start - len(before.group(0))
+        if _UNIT_BEFORE.search(text[:lead]):
+            return Marked(None)  # "the week before August 3": a time counted from X, not a bound
+        word = before.group(1).lower()
+        if word == "from":  # "from X" alone is X ("the photos from March"); "from X on" is not
+            if after is not None and tail in ("on", "onward", "onwards"):
+                return Marked(Bound.FROM, (lead, after.end()))
+            return Marked(None)
+        if word in _EN_KINDS:
+            return Marked(_EN_KINDS[word], (lead, start))
+    if after is not None and tail and tail != "on":
         kind = Bound.UNTIL if ("before" in tail or "earlier" in tail) else Bound.FROM
         return Marked(kind, (end, after.end()))
     return Marked(None)
@@ -128,7 +130,7 @@ def joined(text: str, first: tuple[int, int], second: tuple[int, int]) -> tuple[
         return first[1], end.end() if end else second[0]
     lead = _EN_BEFORE.search(text[max(0, first[0] - 24) : first[0]])
     opener = lead.group(1).lower() if lead else None
-    if opener in ("from", "between") and _EN_BETWEEN.fullmatch(gap):
+    if lead is not None and opener in ("from", "between") and _EN_BETWEEN.fullmatch(gap):
         if (opener == "between") != bool(re.fullmatch(r"\s*and\s*", gap, re.IGNORECASE)):
             return None
         return first[0] - len(lead.group(0)), second[0]
