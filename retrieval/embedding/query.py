@@ -13,8 +13,10 @@ So:
   past that its request is answered without vectors (its vector legs say why), never queued,
 - a text that should take more than `LONG_EMBED_S` runs on a background thread (nice 19): the
   others' short queries go first, and a long query pays for its own length (its vector legs may
-  time out) instead of every tenant paying for it; a cached text costs nothing and is not
-  counted,
+  time out) instead of every tenant paying for it; a cached text costs nothing, is not
+  counted and waits for no thread,
+- the threads serve the tenants in turn (retrieval.embedding.lanes): a tenant's burst of new
+  questions does not queue another tenant's question behind it,
 - the cache is keyed by namespace and text: a hit, and its fast `embed` stage, tells no tenant
   what another asked.
 """
@@ -25,12 +27,13 @@ import asyncio
 import threading
 import time
 from collections import defaultdict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 import numpy as np
 
 from retrieval.cache import ByteLRU
 from retrieval.embedding.base import Embedder, lower_priority
+from retrieval.embedding.lanes import FairLane
 from retrieval.embedding.meter import EmbedMeter
 from retrieval.errors import EmbeddingError
 
@@ -62,13 +65,13 @@ class QueryEmbeddings:
     ) -> None:
         self.embedder = embedder
         # Threads of their own: a hung embedding endpoint holds these, not the default executor
-        # that the analyzer and the reranker need to answer at all.
-        self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="embed")
+        # that the analyzer and the reranker need to answer at all. Tenants are served in turn
+        # (retrieval.embedding.lanes): one caller's burst of new questions is not a queue that
+        # another's question waits at the end of.
+        self.lane = FairLane(threads, name="embed")
         # Two: one tenant's long text (at most `max_pending_s` of them) never holds another
         # tenant's behind it.
-        self.background = ThreadPoolExecutor(
-            max_workers=2, thread_name_prefix="embed-long", initializer=lower_priority
-        )
+        self.long_lane = FairLane(2, name="embed-long", initializer=lower_priority)
         self.cache: ByteLRU[np.ndarray] = ByteLRU(
             cache_bytes, lambda key, v: 100 + 4 * len(str(key)) + int(v.nbytes)
         )
@@ -101,6 +104,12 @@ class QueryEmbeddings:
         if costs is None:
             costs = self.costs(namespace, texts)
         payer = tenant or namespace
+        if not costs:  # every text cached: answered here, never queued behind anyone's work
+            held = [self.cache.get((namespace, t)) for t in texts]
+            if all(v is not None for v in held):
+                done: asyncio.Future[list[np.ndarray]] = asyncio.get_running_loop().create_future()
+                done.set_result([v for v in held if v is not None])
+                return done
         cost = sum(costs)
         long = any(c > LONG_EMBED_S for c in costs)
         if long:
@@ -117,8 +126,8 @@ class QueryEmbeddings:
                     )
                     return fut
                 self._pending[payer] += cost
-        job: Future[list[np.ndarray]] = (self.background if long else self.executor).submit(
-            self._embed_all, namespace, texts, deadline, given_up
+        job: Future[list[np.ndarray]] = (self.long_lane if long else self.lane).submit(
+            payer, self._embed_all, namespace, texts, deadline, given_up
         )
         if long:
             job.add_done_callback(lambda _: self._release(payer, cost))
@@ -175,8 +184,8 @@ class QueryEmbeddings:
         return v
 
     def close(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)
-        self.background.shutdown(wait=False, cancel_futures=True)
+        self.lane.shutdown()
+        self.long_lane.shutdown()
 
 
 class _Once:

@@ -171,8 +171,8 @@ def test_long_work_runs_at_background_priority():
     q = QueryEmbeddings(FakeEmbedder(), cache_bytes=1024)
     try:
         assert _WRITE_EMBEDDING.submit(nice).result() == 19
-        assert q.background.submit(nice).result() == 19
-        assert q.executor.submit(nice).result() == nice()  # short queries: normal priority
+        assert q.long_lane.submit("t", nice).result() == 19
+        assert q.lane.submit("t", nice).result() == nice()  # short queries: normal priority
     finally:
         q.close()
 
