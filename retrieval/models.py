@@ -9,7 +9,14 @@ from typing import Any, NamedTuple
 
 # The API's vocabulary (how a retrieval searched, a result's label, how a source went) is defined
 # once, with the answer models, in the light client; the core uses it as its own.
-from retrieval_client.models import Relevance, SourceStatus, Strategy
+from retrieval_client.models import (
+    BudgetOut,
+    HighlightOut,
+    Relevance,
+    ResultOut,
+    SourceStatus,
+    Strategy,
+)
 
 # The instants this service reasons about: a time expression, a `now` and a stored timestamp
 # must lie in [TIME_MIN, TIME_MAX). datetime itself spans years 1-9999, but a local time near
@@ -310,70 +317,32 @@ class RetrievalOptions:
     tenant: str | None = None
 
 
-@dataclass(frozen=True)
-class ContextMemory:
-    """A memory beside a result in its thread or reply chain: `position` -1 is just before it,
-    1 just after."""
-
-    id: str
-    content: str
-    title: str | None
-    memory_type: str
-    created_at: datetime
-    position: int
-
-
-@dataclass(frozen=True)
-class Highlight:
-    """The part of a result's content that answers: content[start:end] (character offsets
-    into the stored content, whole or not)."""
-
-    start: int
-    end: int
-    text: str
-
-
-@dataclass
-class RetrievalResult:
-    id: str
-    content: str
-    title: str | None
-    memory_type: str
-    source_type: str
-    metadata: dict[str, Any]
-    created_at: datetime
-    score: float
-    signals: dict[str, float]
-    sources: list[str]
-    relevance: Relevance
-    reason: str
-    # The memories around it in its thread or reply chain (options.context_window).
-    context: list[ContextMemory] = field(default_factory=list)
-    highlight: Highlight | None = None
-    # True when `content` is only the highlight: the whole did not fit options.max_chars.
-    cut: bool = False
-
-    @classmethod
-    def of(cls, r: ScoredResult, *, details: bool = True) -> RetrievalResult:
-        """The answer's view of a reranked candidate (its per-signal scores only with details)."""
-        c = r.candidate
-        return cls(
-            id=c.external_id,
-            content=c.content,
-            title=c.title,
-            memory_type=c.memory_type,
-            source_type=c.source_type,
-            metadata=c.metadata,
-            created_at=c.created_at,
-            score=r.score,
-            signals=r.signals if details else {},
-            sources=r.sources,
-            relevance=r.relevance,
-            reason=r.reason,
-            highlight=None
-            if r.highlight is None
-            else Highlight(*r.highlight, c.content[r.highlight[0] : r.highlight[1]]),
-        )
+def result_of(r: ScoredResult, *, details: bool = True) -> ResultOut:
+    """The answer's view of a reranked candidate (its per-signal scores only with details): the
+    API's own model (retrieval_client.models), one definition read by the client and built
+    here."""
+    c = r.candidate
+    return ResultOut(
+        id=c.external_id,
+        content=c.content,
+        title=c.title,
+        memory_type=c.memory_type,
+        source_type=c.source_type,
+        metadata=c.metadata,
+        created_at=c.created_at,
+        score=r.score,
+        signals=r.signals if details else {},
+        sources=r.sources,
+        relevance=r.relevance,
+        reason=r.reason,
+        highlight=None
+        if r.highlight is None
+        else HighlightOut(
+            start=r.highlight[0],
+            end=r.highlight[1],
+            text=c.content[r.highlight[0] : r.highlight[1]],
+        ),
+    )
 
 
 @dataclass
@@ -383,18 +352,6 @@ class SourceReport:
     count: int
     status: SourceStatus
     error: str | None = None
-
-
-@dataclass
-class BudgetReport:
-    """How the results were fitted into options.max_chars: characters of content (and
-    context) returned, how many whole, which cut to their highlight, which left out."""
-
-    max_chars: int
-    used_chars: int
-    whole: int
-    cut: list[str] = field(default_factory=list)
-    omitted: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -410,7 +367,7 @@ class RetrievalMetadata:
     run_id: str
     params: dict[str, Any] = field(default_factory=dict)
     # What options.max_chars let through (None without a budget).
-    budget: BudgetReport | None = None
+    budget: BudgetOut | None = None
     # Processing seconds the request cost (CPU of analysis and reranking, estimated embedding
     # of its uncached texts): what its namespace's budget is charged (retrieval.tenants).
     cost_s: float = 0.0
@@ -418,5 +375,5 @@ class RetrievalMetadata:
 
 @dataclass
 class RetrievalResponse:
-    results: list[RetrievalResult]
+    results: list[ResultOut]
     metadata: RetrievalMetadata

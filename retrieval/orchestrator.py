@@ -29,11 +29,11 @@ from retrieval.models import (
     RetrievalMetadata,
     RetrievalOptions,
     RetrievalResponse,
-    RetrievalResult,
     ScoredResult,
     Source,
     SourceReport,
     TimeRange,
+    result_of,
 )
 from retrieval.rank.budget import fit
 from retrieval.rank.expansion import choose_seeds
@@ -44,6 +44,7 @@ from retrieval.search.legs import SOURCES, SourceFn
 from retrieval.search.run import SearchRun
 from retrieval.search.runner import LegRunner, Searched, require_an_answer
 from retrieval.validation import RequestLimits, aware, check_request, in_zone
+from retrieval_client.models import ResultOut
 
 logger = logging.getLogger(__name__)
 
@@ -167,8 +168,9 @@ class Orchestrator:
             limit=options.limit, query=q, diversify_by=options.diversify_by,
             per_bucket=options.per_bucket, named_seeds=options.seed_ids,
             present=intent.present, relations=intent.relations,
+            names=tuple(n.text for n in intent.names),
         )  # fmt: skip
-        results = [RetrievalResult.of(r, details=options.include_metadata_details) for r in scored]
+        results = [result_of(r, details=options.include_metadata_details) for r in scored]
         if options.context_window > 0 and results:
             await self._add_neighbours(
                 run, scored, results, options.context_window, clock, searched
@@ -224,7 +226,7 @@ class Orchestrator:
         self,
         run: SearchRun,
         scored: list[ScoredResult],
-        results: list[RetrievalResult],
+        results: list[ResultOut],
         window: int,
         clock: _StageClock,
         searched: Searched,
@@ -293,7 +295,7 @@ class Orchestrator:
         namespace: str,
         meta: RetrievalMetadata,
         searched: Searched,
-        results: list[RetrievalResult],
+        results: list[ResultOut],
     ) -> None:
         """Write the run record in the background (bounded; see _spawn)."""
         found = searched.per_source.values()

@@ -25,6 +25,7 @@ import numpy as np
 
 from retrieval.analysis.nlp import STOP_WORDS, english_norm
 from retrieval.analysis.tense import relations_in
+from retrieval.embedding.base import normalise
 from retrieval.models import ScoredResult, Source
 from retrieval.rank.lexical import LEX_MAX_CHARS
 
@@ -48,8 +49,7 @@ def latest_first(scored: list[Scored], relations: Sequence[str]) -> list[Scored]
         return scored
     about = frozenset(relations)
     whose = [relations_in(r.candidate.content) == about for _, r, _, _ in scored]
-    vecs = np.stack([np.asarray(r.candidate.embedding, np.float32) for _, r, _, _ in scored])
-    vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+    vecs = normalise(np.stack([np.asarray(r.candidate.embedding) for _, r, _, _ in scored]))
     words = _rare_words([r.candidate.content for _, r, _, _ in scored])
     near = _nearest_to_the_question(scored)
     taken: set[int] = set()

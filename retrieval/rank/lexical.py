@@ -37,19 +37,33 @@ def doc_ngrams(text: str, n: int, owner: Hashable) -> frozenset[str]:
     return _NGRAMS.get_or_compute((owner, text, n), lambda: frozenset(char_ngrams(text, n)))
 
 
-def name_grams(query: str, names: Sequence[str], n: int) -> set[str]:
+def name_grams(query: str, names: Sequence[str], n: int, others: Sequence[str] = ()) -> set[str]:
     """The query's character n-grams that touch one of `names` where the query writes it (清水
     in 清水さんに: 清水さ, 水さん for n = 3): what a memory naming them in another script holds
-    of the query."""
+    of the query. An n-gram that also touches one of the query's `others` (names the memory
+    does not hold) is not held: of 木村翔太, a memory naming another 翔太 holds 翔太さ, not
+    村翔太."""
     q = clean(query)
+    taken = [(at, at + len(w)) for w in map(clean, others) if w for at in _places(q, w)]
     out: set[str] = set()
     for name in names:
         w = clean(name)
-        start = q.find(w) if w else -1
-        while start >= 0:
+        for start in _places(q, w) if w else ():
             lo, hi = max(0, start - n + 1), min(len(q) - n, start + len(w) - 1)
-            out.update(q[i : i + n] for i in range(lo, hi + 1))
-            start = q.find(w, start + 1)
+            out.update(
+                q[i : i + n]
+                for i in range(lo, hi + 1)
+                if not any(i < b and a < i + n for a, b in taken)
+            )
+    return out
+
+
+def _places(text: str, word: str) -> list[int]:
+    """Where `word` starts in `text`, each place."""
+    out, at = [], text.find(word)
+    while at >= 0:
+        out.append(at)
+        at = text.find(word, at + 1)
     return out
 
 
@@ -59,6 +73,7 @@ def lexical_overlap(
     n: int = 2,
     cleaned: Mapping[int, str] | None = None,
     held: Mapping[int, Sequence[str]] | None = None,
+    names: Sequence[str] = (),
 ) -> dict[int, float]:
     """Character n-gram coverage of the query by each document, weighted by how rare each
     n-gram is among these documents (ref-llmless-hybrid-rerank's `lex`, made IDF-aware).
@@ -67,7 +82,8 @@ def lexical_overlap(
     A document given in `cleaned` (already as n-grams read it, retrieval.rank.highlight
     .clean) is tested by substring instead of through its n-gram set: a long memory's
     highlight, which changes with the query. `held`: the question's names a document holds in
-    another script (their n-grams of the query count as held, name_grams()).
+    another script (their n-grams of the query count as held, name_grams(); `names`: all the
+    question's names).
     """
     q = char_ngrams(query, n)
     if not q or not docs:
@@ -77,9 +93,10 @@ def lexical_overlap(
         k: set(filter(pre[k].__contains__, q)) if k in pre else doc_ngrams(v, n, k) & q
         for k, v in docs.items()
     }
-    for k, names in (held or {}).items():
+    for k, his in (held or {}).items():
         if k in grams:
-            grams[k] = set(grams[k]) | (name_grams(query, names, n) & q)
+            others = [x for x in names if x not in his]
+            grams[k] = set(grams[k]) | (name_grams(query, his, n, others) & q)
     return weighted_coverage(grams, q)
 
 
@@ -89,13 +106,20 @@ def lex_signal(
     cleaned: Mapping[int, str],
     preset: Preset,
     held: Mapping[int, Sequence[str]] | None = None,
+    names: Sequence[str] = (),
 ) -> dict[int, float]:
     """The preset's character n-gram signal per text (its first LEX_MAX_CHARS, or its cleaned
-    form where given; `held` as in lexical_overlap); {} when the preset uses none."""
+    form where given; `held` and `names` as in lexical_overlap); {} when the preset uses
+    none."""
     if preset.lex_weight <= 0 or not query or not texts:
         return {}
     return lexical_overlap(
-        query, {k: v[:LEX_MAX_CHARS] for k, v in texts.items()}, preset.lex_n, cleaned, held
+        query,
+        {k: v[:LEX_MAX_CHARS] for k, v in texts.items()},
+        preset.lex_n,
+        cleaned,
+        held,
+        names,
     )
 
 

@@ -12,6 +12,7 @@ from datetime import datetime
 import numpy as np
 
 from retrieval.analysis.strategy import Preset
+from retrieval.embedding.base import normalise
 from retrieval.models import (
     ADDABLE_SOURCES,
     EXPANSION_SOURCES,
@@ -133,10 +134,8 @@ def dedupe(
     dropped: list[tuple[str, str]] = []
     if threshold > 1.0 or not results:
         return list(results[:keep] if keep else results), dropped
-    mat = np.stack([np.asarray(r.candidate.embedding, dtype=np.float32) for r in results])
-    norms = np.linalg.norm(mat, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    sims = (mat / norms) @ (mat / norms).T
+    unit = normalise(np.stack([np.asarray(r.candidate.embedding) for r in results]))
+    sims = unit @ unit.T
     kept_idx: list[int] = []
     for i, r in enumerate(results):
         if keep is not None and len(kept) >= keep:
@@ -210,12 +209,14 @@ def rerank(
     named_seeds: tuple[str, ...] = (),
     present: bool = False,
     relations: tuple[str, ...] = (),
+    names: tuple[str, ...] = (),
 ) -> tuple[list[ScoredResult], int]:
     """Fuse, add what expansion reached, admit the top `rerank_top` by quotas (window first),
     add the character n-gram signal, decay by age, dedupe, threshold, diversify, label and
     explain. `named_seeds`: the memories the caller named as the conversation's (what
     their hops reach counts even where it matches nothing). `present`: a question about now,
-    whose newest fact goes first (retrieval.rank.latest; `relations`: whose fact it asks)."""
+    whose newest fact goes first (retrieval.rank.latest; `relations`: whose fact it asks).
+    `names`: the people the question names, as it writes them."""
     fused, expanded = expand(
         fuse_first_wave(per_source, preset), per_source, preset, frozenset(named_seeds)
     )
@@ -235,7 +236,8 @@ def rerank(
     named = {c.external_id: c.names for c in per_source.get(Source.TRIGRAM, ()) if c.names}
     # A name it holds in another script (Michael for マイケル) counts as held.
     held = {c.id: named[c.external_id] for c in cands if c.external_id in named}
-    lex = lex_signal(query, *lex_inputs(cands, spans, expanded.chain_text), preset, held)
+    texts, cleaned = lex_inputs(cands, spans, expanded.chain_text)
+    lex = lex_signal(query, texts, cleaned, preset, held, names)
     scored = [_score(f, per_source, preset, now, placed(f.candidate), lex) for f in top]
     scored = [
         (a, replace(r, highlight=spans[r.candidate.id][0].bounds), b, c) for a, r, b, c in scored

@@ -27,7 +27,6 @@ from retrieval.models import (
     DEGRADING,
     FAILED,
     Candidate,
-    ContextMemory,
     Source,
     SourceReport,
     SourceStatus,
@@ -36,6 +35,7 @@ from retrieval.replicas import ReadRouter
 from retrieval.search.legs import TEXT_ONLY_SOURCES, SourceFn
 from retrieval.search.neighbours import surrounding
 from retrieval.search.run import Given, SearchRun, Skip, leg_connection
+from retrieval_client.models import ContextOut
 
 logger = logging.getLogger(__name__)
 
@@ -259,7 +259,7 @@ class LegRunner:
 
     async def neighbours(
         self, run: SearchRun, ids: Sequence[int], window: int
-    ) -> dict[int, list[ContextMemory]] | SourceReport:
+    ) -> dict[int, list[ContextOut]] | SourceReport:
         """The memories around each result (retrieval.search.neighbours), under the legs'
         deadline; a failure is reported (the results stand without them)."""
         t = time.perf_counter()
@@ -268,7 +268,7 @@ class LegRunner:
             return self._past_deadline(CONTEXT)
         run = replace(run, timeout_s=timeout)
 
-        async def attempt(on: SearchRun) -> dict[int, list[ContextMemory]]:
+        async def attempt(on: SearchRun) -> dict[int, list[ContextOut]]:
             async with leg_connection(on, generic_plan=True) as conn:
                 return await asyncio.wait_for(
                     surrounding(conn, on.filters.namespace, ids, window, timeout=timeout), timeout

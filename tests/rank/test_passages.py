@@ -22,7 +22,7 @@ from retrieval.analysis.passages import (
 from retrieval.embedding.texts import mean_direction
 from retrieval.ingest.items import parse_items
 from retrieval.ingest.write import embedding_load
-from retrieval.models import Highlight, RetrievalOptions, RetrievalResult
+from retrieval.models import RetrievalOptions
 from retrieval.rank.budget import fit
 from retrieval.rank.highlight import (
     bm25_idf,
@@ -32,6 +32,7 @@ from retrieval.rank.highlight import (
     span_index,
     weighted_coverage,
 )
+from retrieval_client.models import HighlightOut, Relevance, ResultOut
 from tests.helpers import ingest_items
 
 TOPICS = [
@@ -215,8 +216,8 @@ def test_the_span_index_is_compact_and_batched_highlights_match_single_ones():
     assert focus(" " * 700, (), grams, owner=1) == (Span(0, 700, True), "")
 
 
-def _result(rid: str, content: str, hl: tuple[int, int] | None) -> RetrievalResult:
-    return RetrievalResult(
+def _result(rid: str, content: str, hl: tuple[int, int] | None) -> ResultOut:
+    return ResultOut(
         id=rid,
         content=content,
         title=None,
@@ -227,9 +228,11 @@ def _result(rid: str, content: str, hl: tuple[int, int] | None) -> RetrievalResu
         score=1.0,
         signals={},
         sources=[],
-        relevance="high",  # type: ignore[arg-type]
+        relevance=Relevance.HIGH,
         reason="",
-        highlight=None if hl is None else Highlight(*hl, content[hl[0] : hl[1]]),
+        highlight=None
+        if hl is None
+        else HighlightOut(start=hl[0], end=hl[1], text=content[hl[0] : hl[1]]),
     )
 
 
