@@ -123,7 +123,11 @@ async def open_runtime(
         unavailable={Source.TRIGRAM: missing["pg_trgm"]} if "pg_trgm" in missing else {},
     )
     meter = EmbedMeter(embedder)
-    budget = TenantBudget(settings.tenant_cpu_share, max_wait_s=settings.tenant_max_wait_s)
+    budget = TenantBudget(
+        settings.tenant_cpu_share,
+        max_wait_s=settings.tenant_max_wait_s,
+        max_in_flight=settings.tenant_max_in_flight,
+    )
     jobs = WriteJobs(
         pool,
         nlp,

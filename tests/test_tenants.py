@@ -98,6 +98,29 @@ async def test_a_tenant_alone_is_not_held_back_and_meets_others_with_its_burst(c
         await b.admit("bench")
 
 
+async def test_while_shared_a_tenant_has_at_most_max_in_flight_requests_running():
+    """Sixteen requests of one key at once would hold every pool connection: past the bound
+    the next waits for one to end (asleep), and is refused once max_wait_s has passed."""
+    b = TenantBudget(100.0, max_wait_s=0.3, max_in_flight=2)
+    await b.admit("other")  # someone else is being served: the service is shared
+    await b.admit("t")
+    await b.admit("t")
+    third = asyncio.create_task(b.admit("t"))
+    await asyncio.sleep(0.05)
+    assert not third.done()
+    b.settle("t", 0.0, 0.0)  # one ends: the third starts
+    await asyncio.wait_for(third, 1.0)
+    with pytest.raises(Overloaded, match="2 requests running"):
+        await b.admit("t")  # none of the two ends within 0.3 s
+    b.settle("t", 0.0, 0.0)
+    b.settle("t", 0.0, 0.0)
+    assert "t" not in b._running and "t" not in b._ended
+    alone = TenantBudget(100.0, max_wait_s=0.1, max_in_flight=1)
+    for _ in range(3):  # alone on the service: no bound
+        await alone.admit("solo")
+    assert alone._running["solo"] == 3
+
+
 # --- A tenant is the key: naming more namespaces buys nothing (on the real service). ---
 
 ROTATOR, LIGHT = "key-rotator-0001", "key-light-00001"
