@@ -11,7 +11,10 @@ theirs) and at query time for the question's names, which the names leg looks up
   consonants (デビッド -> debido);
 - for names from kana or Latin letters (foreign names, whose katakana varies: マイケル /
   ミチェル, メラニー / メロニー), also the **consonant skeleton** (mkr), matched with less
-  credit.
+  credit, and only across scripts: a skeleton heard from Latin letters is keyed apart from one
+  heard from kana, and a question's name looks up the other script's. Two Latin words (Tilly,
+  Tell: tr) or two kana names that share their consonants are not one name written twice (on
+  LoCoMo, "Tilly" found every turn that began "Tell me" or "Totally").
 
 Names are person-like tokens: Sudachi's 人名 (surname, given name, foreign name) and capitalised
 Latin words. Each token is keyed alone, so that name order (Yamada Taro, 山田太郎) and
@@ -33,6 +36,9 @@ from retrieval.models import QueryName
 # and Latin letters), so that the keyword leg's questions never meet them by accident.
 READING_PREFIX = "人名"
 SOUND_PREFIX = "人音"
+# The script a skeleton was heard from: Latin letters (ラ) or kana (カ).
+LATIN_SOUND = SOUND_PREFIX + "ラ"
+KANA_SOUND = SOUND_PREFIX + "カ"
 # A skeleton shorter than this (Anna, Nina: n) says too little to key on.
 MIN_SKELETON = 2
 # Titles and honorifics written in Latin letters (Dr. Patel, Kimura-san): not names.
@@ -134,25 +140,27 @@ _KATAKANA = _Katakana()
 
 
 @lru_cache(maxsize=65536)
-def latin_keys(word: str) -> frozenset[str]:
-    """Keys of one Latin-script name (its own folded spelling, and its likely katakana's)."""
+def latin_keys(word: str, *, asked: bool = False) -> frozenset[str]:
+    """Keys of one Latin-script name (its own folded spelling, and its likely katakana's); its
+    skeleton as heard from Latin letters, or `asked` (a question's name) as kana would have it."""
     low = word.lower()
     keys = {READING_PREFIX + fold(low)}
     r = romaji(_KATAKANA(low))
     keys.add(READING_PREFIX + fold(r))
     if len(sk := skeleton(r)) >= MIN_SKELETON:
-        keys.add(SOUND_PREFIX + sk)
+        keys.add((KANA_SOUND if asked else LATIN_SOUND) + sk)
     return frozenset(k for k in keys if len(k) > len(READING_PREFIX) + 1)
 
 
 @lru_cache(maxsize=65536)
-def reading_keys(reading: str, kana_written: bool) -> frozenset[str]:
+def reading_keys(reading: str, kana_written: bool, asked: bool = False) -> frozenset[str]:
     """Keys of one Japanese name from its reading; a name written in kana (a foreign name,
-    マイケル) also gets its skeleton."""
+    マイケル) also gets its skeleton, as heard from kana, or `asked` as Latin letters would
+    have it."""
     r = romaji(reading)
     keys = {READING_PREFIX + fold(r)}
     if kana_written and len(sk := skeleton(r)) >= MIN_SKELETON:
-        keys.add(SOUND_PREFIX + sk)
+        keys.add((LATIN_SOUND if asked else KANA_SOUND) + sk)
     return frozenset(k for k in keys if len(k) > len(READING_PREFIX) + 1)
 
 
@@ -181,11 +189,12 @@ def person_tokens(toks: Iterable[Token]) -> list[Token]:
     return out
 
 
-def token_keys(t: Token) -> frozenset[str]:
-    """The keys of one person token."""
+def token_keys(t: Token, *, asked: bool = False) -> frozenset[str]:
+    """The keys of one person token: a memory's index terms, or `asked`, what a question's
+    name looks up."""
     if t.surface.isascii():
-        return latin_keys(t.surface)
-    return reading_keys(t.reading, bool(_KANA_RE.match(t.surface)))
+        return latin_keys(t.surface, asked=asked)
+    return reading_keys(t.reading, bool(_KANA_RE.match(t.surface)), asked)
 
 
 def name_keys(toks: Iterable[Token]) -> list[str]:
@@ -203,7 +212,7 @@ def query_names(toks: Iterable[Token]) -> list[QueryName]:
     seen: dict[str, QueryName] = {}
     for t in person_tokens(toks):
         if t.surface not in seen:
-            keys = tuple(sorted(token_keys(t)))
+            keys = tuple(sorted(token_keys(t, asked=True)))
             if keys:
                 seen[t.surface] = QueryName(t.surface, tuple(terms_from_tokens([t])), keys)
     return list(seen.values())

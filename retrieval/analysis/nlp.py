@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 # indexed by an older version is told to re-tokenize (`retrieval retokenize`).
 # 5: English phrases Sudachi reads as one katakana word are their words (want to -> want).
 # 6: a memory's terms hold a script-neutral key per person's name (retrieval.analysis.names).
-TOKENIZER_VERSION = "6"
+TOKENIZER_VERSION = "7"
 
 # Sudachi POS prefixes (token.tag_) whose words carry content.
 _CONTENT_POS = ("名詞", "動詞-一般", "形容詞-一般", "形状詞")

@@ -9,7 +9,8 @@ times (retrieval.rank.latest); a question about the past (where did I live in 20
 - or, in English, with no marker of the past, a present-tense question about the asker (my, I)
   asked with is / are / do (Who is my dentist?). In Japanese a marker is needed: the non-past
   progressive is as often a clause's (進めている案件の予算) as the question's;
-- and never with a named window that is over (2023年, last month).
+- and never with a named window that is over (2023年, last month), nor in a question about what
+  would have been (would … if).
 
 Whose fact: the relations a text names (my wife, 兄, 母, a teammate) — a question about my
 brother's city is not answered by my own move, nor mine by my parents'.
@@ -33,6 +34,11 @@ _EN_PAST = re.compile(
 )
 _EN_PRESENT_ASK = re.compile(r"\b(?:is|are|am|do|does)\b|'s\b|'re\b|'m\b", re.IGNORECASE)
 _EN_ME = re.compile(r"\b(?:my|i|me|mine)\b", re.IGNORECASE)
+# A question about what would be, had things gone otherwise ("Would she still want it if she
+# hadn't ...?"): about no time at all, whatever its "still" or "now".
+_EN_HYPOTHETICAL = re.compile(
+    r"\b(?:would|could|might)\b.*\bif\b|\bif\b.*\b(?:would|could|might)\b", re.IGNORECASE
+)
 # 今 alone (今年, 今週, 今日 are words of their own to Sudachi), いま, 現在, 最近 …
 _JA_NOW = frozenset(
     "今 いま 現在 最近 近頃 このごろ この頃 普段 ふだん いつも 今も まだ 現状 目下".split()  # noqa: SIM905
@@ -74,6 +80,8 @@ def asks_about_now(text: str, toks: list[Token], *, past_window: bool) -> bool:
     if past_window:
         return False
     if text.isascii():
+        if _EN_HYPOTHETICAL.search(text):
+            return False
         if _EN_NOW.search(text):
             return True
         if _EN_PAST.search(text):

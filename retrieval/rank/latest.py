@@ -11,7 +11,8 @@ among the question's nearest (a docomo contract and a switch to ahamo). Vectors 
 tell it: on multilingual-e5 a phone contract and a visit to a chiropractor sit at 0.92. From each of the best results (a
 seed, itself about the question's relations) the memories that state the same thing form a
 chain, whose scores are handed out again newest first (the newest takes the chain's best),
-each member saying so in its reason. A question about the past is left alone.
+each member saying so in its reason (a chain longer than MAX_CHAIN is a topic, not a fact,
+and is left alone). A question about the past is left alone.
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ CLOSE_COS = 0.9
 NEAREST = 10
 # A shared content word says "the same thing" when at most this many candidates hold it.
 RARE_DF = 3
+# A fact restated over time is a handful of memories; more than this many "stating the same
+# thing" among a question's candidates is a topic (a conversation that keeps coming back to
+# it), and putting a topic's newest line first answers nothing (LoCoMo: chains of 7 and 13
+# turns put a chat line about something else above the answer). Such a chain is left alone.
+MAX_CHAIN = 4
 # The best results a chain may start from.
 SEEDS = 3
 Scored = tuple[bool, ScoredResult, float, float]
@@ -72,7 +78,7 @@ def latest_first(scored: list[Scored], relations: Sequence[str]) -> list[Scored]
             )
         ]
         taken.update(chain)
-        if len(chain) > 1:
+        if 1 < len(chain) <= MAX_CHAIN:
             out = _in_time_order(out, chain)
     out.sort(key=lambda x: (x[0], x[1].score), reverse=True)
     return out
