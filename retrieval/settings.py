@@ -109,7 +109,7 @@ class Settings(BaseSettings):
     # While the service is shared, a tenant's requests running at once (the others wait, within
     # tenant_max_wait_s): a burst of one caller's requests must not hold every pool connection.
     # 0 = no limit.
-    tenant_max_in_flight: int = Field(default=4, ge=0)
+    tenant_max_in_flight: int = Field(default=2, ge=0)
 
     # Input limits: the API schema and every check read them from here.
     max_query_chars: int = Field(default=2000, ge=1, le=100_000)
