@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 # indexed by an older version is told to re-tokenize (`retrieval retokenize`).
 # 5: English phrases Sudachi reads as one katakana word are their words (want to -> want).
 # 6: a memory's terms hold a script-neutral key per person's name (retrieval.analysis.names).
+# 7: a name's consonant skeleton is keyed by the script it was heard from (Latin or kana).
 TOKENIZER_VERSION = "7"
 
 # Sudachi POS prefixes (token.tag_) whose words carry content.

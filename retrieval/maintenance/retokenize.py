@@ -33,8 +33,9 @@ async def outdated(pool: asyncpg.Pool) -> str | None:
     return (
         f"the stored memories' keyword terms were made by {made}, this is {TOKENIZER_VERSION}: "
         "run `retrieval retokenize` (English words are stemmed since 4, English phrases read "
-        "as one katakana word are words since 5, and people's names are keyed across scripts "
-        "since 6; until then they match less)"
+        "as one katakana word are words since 5, people's names are keyed across scripts "
+        "since 6, and their sounds match only across scripts since 7; until then they match "
+        "less)"
     )
 
 
