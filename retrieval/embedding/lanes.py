@@ -48,11 +48,6 @@ class FairLane:
             self._ready.notify()
         return fut
 
-    def waiting(self) -> int:
-        """Items queued and not yet started."""
-        with self._ready:
-            return sum(len(q) for q in self._queues.values())
-
     def _next(self) -> tuple[Future[Any], Callable[..., Any], tuple] | None:
         with self._ready:
             while not self._queues and not self._closed:
