@@ -2,6 +2,7 @@
 print the top K (id, score, reason) and where each relevant memory ranked.
 
     python scripts/eval_misses.py locomo --per-category 3 --k 10 [--no-expand] [--seed 1]
+    python scripts/eval_misses.py longmemeval --max-queries 6 --per-category 5
 
 Uses the suite's set definitions and the same (cached) index as `retrieval eval-suite`.
 """
@@ -40,6 +41,12 @@ async def main() -> None:
     ap.add_argument("--per-category", type=int, default=3)
     ap.add_argument("--no-expand", action="store_true")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--max-queries",
+        type=int,
+        default=None,
+        help="the set's first N questions only (a conversation set indexes only theirs)",
+    )
     args = ap.parse_args()
     from retrieval.runtime import open_runtime
 
@@ -48,8 +55,12 @@ async def main() -> None:
     ns = corpus_namespace(corpus)
     rt = await open_runtime(eval_settings(Settings(), 100))
     try:
-        await ensure_index(rt, corpus, ns, args.dir / s.embeddings if s.embeddings else None)
-        queries = read_queries(args.dir / s.queries)
+        queries = read_queries(args.dir / s.queries)[: args.max_queries]
+        only = None
+        if args.max_queries is not None and all(q.namespace for q in queries):
+            only = {str(q.namespace) for q in queries}
+        vectors = args.dir / s.embeddings if s.embeddings else None
+        await ensure_index(rt, corpus, ns, vectors, only=only)
         qrels = read_qrels(args.dir / s.qrels)
         random.Random(args.seed).shuffle(queries)
         shown: dict[str, int] = {}
@@ -79,6 +90,9 @@ async def main() -> None:
             for d in rel:
                 rank = ids.index(d) + 1 if d in ids else None
                 print(f"   relevant {d}: rank {rank}")
+                if rank is not None and rank > args.k:
+                    r = resp.results[rank - 1]
+                    print(f"       {r.score:.3f} {r.content[:90]!r}\n       {r.reason[:200]}")
             for i, r in enumerate(resp.results[: args.k], 1):
                 mark = "*" if r.id in rel else " "
                 print(

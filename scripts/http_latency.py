@@ -8,6 +8,8 @@ data directory `retrieval eval-suite` indexed the set into:
 
 Prints client-side p50/p95/p99, the server's own stages and each source's time. Each question
 is asked once per pass; a second pass (--repeat 2) shows what the query-embedding cache saves.
+A set indexed only in part (eval-suite --max-queries N) gives more distinct requests with
+`--max-queries N --every-namespace`: every question asked in each of those N haystacks.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import sys
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -44,12 +47,22 @@ def main() -> None:
     ap.add_argument("--context-window", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--max-queries", type=int, default=0)
+    ap.add_argument(
+        "--every-namespace",
+        action="store_true",
+        help="a conversation set: ask every question of the set in the namespace of each of "
+        "the first --max-queries questions (the haystacks indexed), for more distinct requests",
+    )
     args = ap.parse_args()
     s = next(x for x in DEV_SETS if x.name == args.set)
     ns = corpus_namespace(args.dir / s.corpus)
     queries = read_queries(args.dir / s.queries)
     if args.max_queries:
-        queries = queries[: args.max_queries]
+        indexed = queries[: args.max_queries]
+        if args.every_namespace:
+            queries = [replace(q, namespace=x.namespace) for x in indexed for q in queries]
+        else:
+            queries = indexed
     with httpx.Client(base_url=args.url, timeout=30.0) as client:
         for n in range(args.repeat):
             client_ms: list[float] = []

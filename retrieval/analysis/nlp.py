@@ -11,6 +11,7 @@ import logging
 import re
 import threading
 import unicodedata
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import Stemmer
@@ -78,6 +79,19 @@ def english_norm(word: str) -> str:
     if stemmer is None:
         stemmer = _STEMMERS.en = Stemmer.Stemmer("english")
     return str(stemmer.stemWord(w))
+
+
+def english_norms(words: Iterable[str]) -> dict[str, str]:
+    """english_norm() of each word, the stemmer called once for them all."""
+    out = {w: w.lower() for w in words}
+    alpha = [w for w, low in out.items() if low.isalpha()]
+    if alpha:
+        stemmer = getattr(_STEMMERS, "en", None)
+        if stemmer is None:
+            stemmer = _STEMMERS.en = Stemmer.Stemmer("english")
+        for w, stem in zip(alpha, stemmer.stemWords([out[w] for w in alpha]), strict=True):
+            out[w] = str(stem)
+    return out
 
 
 # Kana and kanji: a text holding any is Japanese (Latin words inside it are loanwords or names).

@@ -44,28 +44,53 @@ _JA_NOW = frozenset(
     "今 いま 現在 最近 近頃 このごろ この頃 普段 ふだん いつも 今も まだ 現状 目下".split()  # noqa: SIM905
 )
 
-# Relations a fact can belong to, each with its words in both languages (a Japanese word
-# matched inside the text, with lookarounds where it hides in other words: 大丈夫, 弟子).
-_RELATIONS: dict[str, str] = {
-    "parents": r"両親|ご両親|\bparents?\b",
-    "mother": r"(?<!祖)母(?!国|校|語)|お母さん|ママ|\bmother\b|\bmom\b|\bmum\b",
-    "father": r"(?<!祖|神)父(?!兄)|お父さん|パパ|\bfather\b|\bdad\b",
-    "brother": r"兄(?!弟子)|(?<!師|門|兄)弟(?!子)|\bbrothers?\b",
-    "sister": r"姉|妹|\bsisters?\b",
-    "spouse": r"妻|(?<![丈工農漁])夫(?!婦人|人)|嫁|旦那|奥さん|\bwife\b|\bhusband\b|\bspouse\b",
-    "child": r"娘|息子|子供|子ども|\bdaughters?\b|\bsons?\b|\bkids?\b|\bchild(?:ren)?\b",
-    "grandparent": r"祖母|祖父|おばあちゃん|おじいちゃん|\bgrand(?:mother|father|ma|pa)\b",
-    "partner": r"彼女|彼氏|恋人|\bgirlfriend\b|\bboyfriend\b|\bpartner\b",
-    "colleague": r"同僚|上司|部下|先輩|後輩|\bcolleagues?\b|\bco-?workers?\b|\bboss\b|"
-    r"\bteammates?\b",
-    "friend": r"友達|友人|\bfriends?\b",
+# Relations a fact can belong to, each with its words in Japanese (a pattern matched inside the
+# text, with lookarounds where it hides in other words: 大丈夫, 弟子) and in English (whole
+# words, in any case).
+_RELATIONS: dict[str, tuple[str, str]] = {
+    "parents": (r"両親|ご両親", "parent parents"),
+    "mother": (r"(?<!祖)母(?!国|校|語)|お母さん|ママ", "mother mom mum"),
+    "father": (r"(?<!祖|神)父(?!兄)|お父さん|パパ", "father dad"),
+    "brother": (r"兄(?!弟子)|(?<!師|門|兄)弟(?!子)", "brother brothers"),
+    "sister": (r"姉|妹", "sister sisters"),
+    "spouse": (r"妻|(?<![丈工農漁])夫(?!婦人|人)|嫁|旦那|奥さん", "wife husband spouse"),
+    "child": (r"娘|息子|子供|子ども", "daughter daughters son sons kid kids child children"),
+    "grandparent": (
+        r"祖母|祖父|おばあちゃん|おじいちゃん",
+        "grandmother grandfather grandma grandpa",
+    ),
+    "partner": (r"彼女|彼氏|恋人", "girlfriend boyfriend partner"),
+    "colleague": (
+        r"同僚|上司|部下|先輩|後輩",
+        "colleague colleagues co-worker co-workers coworker coworkers boss teammate teammates",
+    ),
+    "friend": (r"友達|友人", "friend friends"),
 }
-_RELATION_RES = {k: re.compile(v, re.IGNORECASE) for k, v in _RELATIONS.items()}
+_RELATION_RES = {
+    k: re.compile(rf"{ja}|\b(?:{'|'.join(map(re.escape, en.split()))})\b", re.IGNORECASE)
+    for k, (ja, en) in _RELATIONS.items()
+}
+# An ASCII text can hold no Japanese word, and it names an English one exactly when one of its
+# runs of word characters is that word ("co-worker", two runs, is looked for as such): one
+# pass over its words instead of eleven searches, which took ~1 ms for a 2,000-character turn
+# (the reranker reads fifty). tests/analysis/test_tense.py compares the two.
+_ENGLISH_WORDS = {w: k for k, (_, en) in _RELATIONS.items() for w in en.split() if "-" not in w}
+_ENGLISH_HYPHENATED = {
+    k: re.compile(rf"\b(?:{'|'.join(w for w in en.split() if '-' in w)})\b")
+    for k, (_, en) in _RELATIONS.items()
+    if "-" in en
+}
+_WORD_RUN = re.compile(r"\w+")
 
 
 def relations_in(text: str) -> frozenset[str]:
     """The relations a text names (wife, 兄 -> brother, a teammate -> colleague)."""
-    return frozenset(k for k, rx in _RELATION_RES.items() if rx.search(text))
+    if not text.isascii():
+        return frozenset(k for k, rx in _RELATION_RES.items() if rx.search(text))
+    low = text.lower()
+    found = {_ENGLISH_WORDS[w] for w in set(_WORD_RUN.findall(low)) if w in _ENGLISH_WORDS}
+    found.update(k for k, rx in _ENGLISH_HYPHENATED.items() if "-" in low and rx.search(low))
+    return frozenset(found)
 
 
 def _japanese_present(toks: list[Token]) -> bool:

@@ -1,7 +1,10 @@
 """Questions about now, and whose fact a text states."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from retrieval.analysis import tense
 from retrieval.analysis.tense import asks_about_now, relations_in
 
 
@@ -42,3 +45,43 @@ def test_relations_in_both_languages_and_not_inside_other_words():
     assert relations_in("My teammate Rina was promoted") == {"colleague"}
     assert relations_in("大丈夫、弟子が来た") == frozenset()
     assert relations_in("Moved to Kyoto this weekend") == frozenset()
+
+
+def _by_the_patterns(text: str) -> frozenset[str]:
+    """relations_in's answer by the eleven patterns (its path for a text that is not ASCII)."""
+    return frozenset(k for k, rx in tense._RELATION_RES.items() if rx.search(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "My MOM and my Dad",
+        "a moment of reason, a person in season",  # mom, son inside other words: none
+        "friend_1 and sons2 and kid-friendly",  # word characters glue: only "kid"
+        "my co-workers, a coworker, co-worker's desk, co--worker, co-workerish",
+        "grand-mother, grandmother, GRANDPA",
+        "the children's and the child's",
+        "",
+    ],
+)
+def test_an_ascii_text_names_what_the_patterns_find(text):
+    assert relations_in(text) == _by_the_patterns(text)
+
+
+_WORDS = [w for _, en in tense._RELATIONS.values() for w in en.split()]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(_WORDS),
+            st.sampled_from(["Co", "-", "_", "s", "ren", "x", "1", " ", ".", "'", "MOTHER"]),
+            st.text(alphabet="abcdefghijklmnopqrstuvwxyz -_'", max_size=6),
+        ),
+        max_size=12,
+    )
+)
+def test_the_one_pass_over_words_agrees_with_the_patterns(parts):
+    text = "".join(parts)
+    assert relations_in(text) == _by_the_patterns(text)

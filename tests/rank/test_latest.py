@@ -5,7 +5,8 @@ from datetime import UTC, datetime
 import numpy as np
 
 from retrieval.models import ScoredResult
-from retrieval.rank.latest import latest_first
+from retrieval.rank import latest
+from retrieval.rank.latest import _rare_words, latest_first
 from tests.fakes import cand
 
 
@@ -55,3 +56,27 @@ def test_memories_without_a_shared_word_or_far_apart_form_no_chain():
         _scored(3, "Okabe clinic opens on Sundays too.", 0.2, 2025, OTHER),
     ]
     assert [r.candidate.id for _, r, _, _ in latest_first(scored, ())] == [1, 2, 3]
+
+
+def test_what_is_read_of_a_memory_is_kept_under_the_memory():
+    texts = ["Finally moved to Osaka, close to Tenma.", "Moved to Kyoto from Osaka, near Tenma."]
+    first = _rare_words([1, 2], texts)
+    # content words, English ones stemmed, stop words and short words left out
+    assert {"final", "move", "osaka", "tenma"} <= first[0] and "to" not in first[0]
+    assert "kyoto" in first[1] - first[0]
+    assert ("words", 1, texts[0]) in latest._READ
+    # the same text of another memory is read on its own (no entry serves two tenants)
+    assert ("words", 9, texts[0]) not in latest._READ
+    assert _rare_words([9, 2], texts) == first == _rare_words([1, 2], texts)
+
+
+def test_a_repeated_question_ranks_the_same_from_what_was_kept():
+    scored = [
+        _scored(11, "Finally moved to Osaka, close to Tenma.", 0.5, 2023, MOVE),
+        _scored(12, "My brother moved to Nagoya.", 0.45, 2025, MOVE),
+        _scored(13, "Moved to Kyoto; the train to Osaka takes half an hour.", 0.1, 2024, MOVE),
+    ]
+    once = [(r.candidate.id, r.score, r.notes) for _, r, _, _ in latest_first(scored, ())]
+    assert ("relations", 12, "My brother moved to Nagoya.") in latest._READ
+    again = [(r.candidate.id, r.score, r.notes) for _, r, _, _ in latest_first(scored, ())]
+    assert once == again and once[0][0] == 13
