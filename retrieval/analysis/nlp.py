@@ -73,12 +73,7 @@ def english_norm(word: str) -> str:
     """Lower-cased and stemmed (Snowball English: painted, paints -> paint), applied identically
     to queries and documents. Model numbers and words with digits stay as written."""
     w = word.lower()
-    if not w.isalpha():
-        return w
-    stemmer = getattr(_STEMMERS, "en", None)
-    if stemmer is None:
-        stemmer = _STEMMERS.en = Stemmer.Stemmer("english")
-    return str(stemmer.stemWord(w))
+    return str(_stemmer().stemWord(w)) if w.isalpha() else w
 
 
 def english_norms(words: Iterable[str]) -> dict[str, str]:
@@ -86,12 +81,17 @@ def english_norms(words: Iterable[str]) -> dict[str, str]:
     out = {w: w.lower() for w in words}
     alpha = [w for w, low in out.items() if low.isalpha()]
     if alpha:
-        stemmer = getattr(_STEMMERS, "en", None)
-        if stemmer is None:
-            stemmer = _STEMMERS.en = Stemmer.Stemmer("english")
-        for w, stem in zip(alpha, stemmer.stemWords([out[w] for w in alpha]), strict=True):
+        for w, stem in zip(alpha, _stemmer().stemWords([out[w] for w in alpha]), strict=True):
             out[w] = str(stem)
     return out
+
+
+def _stemmer() -> Any:
+    """This thread's Snowball English stemmer."""
+    stemmer = getattr(_STEMMERS, "en", None)
+    if stemmer is None:
+        stemmer = _STEMMERS.en = Stemmer.Stemmer("english")
+    return stemmer
 
 
 # Kana and kanji: a text holding any is Japanese (Latin words inside it are loanwords or names).

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from retrieval.analysis.nlp import english_norm, english_norms
 from tests.helpers import shared_file
 
 EDGE_CASES = [
@@ -39,3 +40,9 @@ def test_tags_are_sudachis_part_of_speech(nlp, text):
     toks = nlp.tokens(text)
     assert all(t.tag for t in toks)
     assert next(t.tag for t in toks if t.surface == "打ち合わせ").startswith("名詞-普通名詞")
+
+
+def test_english_norms_stems_a_batch_as_english_norm_does_one_word():
+    words = ["Painted", "paints", "iPhone15", "co-worker", "RUNNING", "Osaka", "été"]
+    assert english_norms(words) == {w: english_norm(w) for w in words}
+    assert english_norms([]) == {}
