@@ -10,7 +10,8 @@ times (retrieval.rank.latest); a question about the past (where did I live in 20
   asked with is / are / do (Who is my dentist?). In Japanese a marker is needed: the non-past
   progressive is as often a clause's (進めている案件の予算) as the question's;
 - and never with a named window that is over (2023年, last month), nor in a question about what
-  would have been (would … if).
+  would have been (would … if), nor in one that adds up (the total, altogether, 合計, 全部で):
+  a sum is made of every memory that holds a part, not of the newest.
 
 Whose fact: the relations a text names (my wife, 兄, 母, a teammate) — a question about my
 brother's city is not answered by my own move, nor mine by my parents'.
@@ -39,6 +40,10 @@ _EN_ME = re.compile(r"\b(?:my|i|me|mine)\b", re.IGNORECASE)
 _EN_HYPOTHETICAL = re.compile(
     r"\b(?:would|could|might)\b.*\bif\b|\bif\b.*\b(?:would|could|might)\b", re.IGNORECASE
 )
+# A question that adds up what several memories hold ("the total amount I spent on the bag and
+# the skincare", 合わせていくら): each part is in its own memory, older ones included.
+_EN_SUM = re.compile(r"\b(?:total|in all|altogether|combined|sum)\b", re.IGNORECASE)
+_JA_SUM = re.compile(r"合計|合わせて|全部で|総額|累計")
 # 今 alone (今年, 今週, 今日 are words of their own to Sudachi), いま, 現在, 最近 …
 _JA_NOW = frozenset(
     "今 いま 現在 最近 近頃 このごろ この頃 普段 ふだん いつも 今も まだ 現状 目下".split()  # noqa: SIM905
@@ -102,7 +107,7 @@ def _japanese_present(toks: list[Token]) -> bool:
 def asks_about_now(text: str, toks: list[Token], *, past_window: bool) -> bool:
     """Whether a question asks about the present (see the module's doc); `past_window`: the
     question names a window that is over (2023年, last month)."""
-    if past_window:
+    if past_window or _JA_SUM.search(text) or _EN_SUM.search(text):
         return False
     if text.isascii():
         if _EN_HYPOTHETICAL.search(text):
