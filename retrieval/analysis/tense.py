@@ -33,7 +33,13 @@ _EN_PAST = re.compile(
     r"originally|before|back then|once|then)\b",
     re.IGNORECASE,
 )
-_EN_PRESENT_ASK = re.compile(r"\b(?:is|are|am|do|does)\b|'s\b|'re\b|'m\b", re.IGNORECASE)
+# "'s" is "is" after a question word or a pronoun (what's, it's); after a noun it is a
+# possessive (my master's thesis), which says nothing of the time.
+_EN_PRESENT_ASK = re.compile(
+    r"\b(?:is|are|am|do|does)\b|\b(?:what|who|where|when|how|which|it|that|there|here|he|she)"
+    r"'s\b|'re\b|'m\b",
+    re.IGNORECASE,
+)
 _EN_ME = re.compile(r"\b(?:my|i|me|mine)\b", re.IGNORECASE)
 # A question about what would be, had things gone otherwise ("Would she still want it if she
 # hadn't ...?"): about no time at all, whatever its "still" or "now".

@@ -26,6 +26,8 @@ from retrieval.analysis.tense import asks_about_now, relations_in
         ("大阪に住んでいた頃の家は？", False),
         ("ジョンが飼い始めた犬の名前は？", False),
         ("会議で何を主張してた？", False),
+        # a possessive 's is not "is"
+        ("How many months passed between my degree and my master's thesis?", False),
         # a sum is made of every part, older ones included
         ("What is the total amount I spent on the handbag and the skincare?", False),
         ("How much do my gym and my phone cost me altogether?", False),
