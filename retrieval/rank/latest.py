@@ -17,10 +17,11 @@ and is left alone). A question about the past is left alone.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -60,7 +61,7 @@ def latest_first(scored: list[Scored], relations: Sequence[str]) -> list[Scored]
     owners = [r.candidate.id for _, r, _, _ in scored]
     # Read lazily, cheapest first: whose fact a memory states only where its vector is close
     # enough, the rare words only where no relation decides (long turns make both costly).
-    whose = _Lazy(lambda i: _relations_of(owners[i], contents[i]) == about)
+    whose = functools.cache(lambda i: _relations_of(owners[i], contents[i]) == about)
     words: list[frozenset[str]] = []
     vecs = normalise(np.stack([np.asarray(r.candidate.embedding) for _, r, _, _ in scored]))
     near = _nearest_to_the_question(scored)
@@ -86,19 +87,6 @@ def latest_first(scored: list[Scored], relations: Sequence[str]) -> list[Scored]
             out = _in_time_order(out, chain)
     out.sort(key=lambda x: (x[0], x[1].score), reverse=True)
     return out
-
-
-class _Lazy:
-    """f(i) computed on first use and kept."""
-
-    def __init__(self, f: Callable[[int], bool]) -> None:
-        self.f = f
-        self.got: dict[int, bool] = {}
-
-    def __call__(self, i: int) -> bool:
-        if i not in self.got:
-            self.got[i] = self.f(i)
-        return self.got[i]
 
 
 def _nearest_to_the_question(scored: list[Scored]) -> set[int]:
