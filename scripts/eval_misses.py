@@ -22,6 +22,7 @@ from retrieval.evaluation.harness import (
     corpus_namespace,
     ensure_index,
     eval_settings,
+    haystacks,
     read_qrels,
     read_queries,
     sub_namespace,
@@ -56,9 +57,7 @@ async def main() -> None:
     rt = await open_runtime(eval_settings(Settings(), 100))
     try:
         queries = read_queries(args.dir / s.queries)[: args.max_queries]
-        only = None
-        if args.max_queries is not None and all(q.namespace for q in queries):
-            only = {str(q.namespace) for q in queries}
+        only = haystacks(queries) if args.max_queries is not None else None
         vectors = args.dir / s.embeddings if s.embeddings else None
         await ensure_index(rt, corpus, ns, vectors, only=only)
         qrels = read_qrels(args.dir / s.qrels)

@@ -260,6 +260,14 @@ def session_recall(
     return float(bool(hit)), len(hit) / len(set(relevant))
 
 
+def haystacks(queries: list[EvalQuery]) -> set[str] | None:
+    """The namespaces (conversations) these questions are asked in, the part of a conversation
+    set to index for them; None when one names none (the whole corpus is needed)."""
+    if all(q.namespace for q in queries):
+        return {str(q.namespace) for q in queries}
+    return None
+
+
 async def evaluate(
     rt: Any,
     corpus: Path,
@@ -277,9 +285,7 @@ async def evaluate(
     conversations only), session recall where the questions name sessions. Returns the
     results (run_eval's), whether the index was there already, and the seconds indexing took."""
     queries = read_queries(queries_path)[:max_queries]
-    only = None
-    if max_queries is not None and all(q.namespace for q in queries):
-        only = {str(q.namespace) for q in queries}
+    only = haystacks(queries) if max_queries is not None else None
     cached, secs = await ensure_index(rt, corpus, namespace, vectors, force=force, only=only)
     session_of = sessions_of(corpus) if any(q.relevant_sessions for q in queries) else None
     res = await run_eval(
@@ -386,6 +392,7 @@ __all__ = [
     "corpus_namespace",
     "ensure_index",
     "eval_settings",
+    "haystacks",
     "percentiles",
     "read_qrels",
     "read_queries",
