@@ -5,8 +5,9 @@ small window), the long memories' nearest passages beside them, inside the query
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -21,6 +22,8 @@ from retrieval.search.run import (
     found,
     leg_connection,
 )
+
+T = TypeVar("T")
 
 
 def _knn_sql(order: str) -> str:
@@ -122,7 +125,10 @@ EXACT_PASSAGE_SQL = _passage_sql("(p.embedding <#> $6) + 0")
 async def _knn(
     run: SearchRun, vectors: tuple[Any, ...], source: Source, window: TimeRange | None
 ) -> list[Candidate]:
-    """The memories nearest `vectors` (each memory at its best, passages included), the k best."""
+    """The memories nearest `vectors` (each memory at its best, passages included), the k best.
+    The passages' search runs beside the memories' on a connection of its own; when either
+    fails (or the leg is given up) the other is stopped at once and the leg fails as the
+    failed one did, both connections given back."""
     args = run.where_args(window)
     passages: asyncio.Future[list[Candidate]] | None = None
     try:
@@ -132,18 +138,16 @@ async def _knn(
                     PASSAGE_COUNT_SQL, args[0], EXACT_WINDOW_MAX + 1, timeout=run.timeout_s
                 )
                 if n:
-                    # The passages' graph is searched beside the memories', on a connection
-                    # of its own: the leg is on every request's critical path (it starts only
-                    # once the query is embedded), and the two searches do not depend on each
-                    # other.
+                    # The leg is on every request's critical path (it starts only once the
+                    # query is embedded), and the two searches do not depend on each other.
                     passages = asyncio.ensure_future(_passage_knn(run, vectors, source, args, n))
-            best = await _memory_knn(run, conn, vectors, source, args)
+            best = await _until_either_fails(
+                _memory_knn(run, conn, vectors, source, args), passages
+            )
         # Waited for with this connection given back: with a budget of one connection the
         # passages' search takes it.
         found = await passages if passages is not None else []
     except BaseException:
-        # The leg fails (or is given up) as the failed search did, once the other search has
-        # stopped and given its connection back.
         if passages is not None:
             passages.cancel()
             await asyncio.gather(passages, return_exceptions=True)
@@ -151,6 +155,25 @@ async def _knn(
     _add_passages(best, found)
     # relaxed_order iterative scans may return rows slightly out of order
     return sorted(best.values(), key=lambda c: c.score, reverse=True)[: run.k]
+
+
+async def _until_either_fails(
+    search: Coroutine[Any, Any, T], beside: asyncio.Future[Any] | None
+) -> T:
+    """What `search` finds; its error, or `beside`'s as soon as that fails first (`search`
+    stopped then, and whenever this is given up, before its connection is handed back)."""
+    if beside is None:
+        return await search
+    task = asyncio.ensure_future(search)
+    try:
+        await asyncio.wait((task, beside), return_when=asyncio.FIRST_COMPLETED)
+        if beside.done() and not task.done():
+            beside.result()  # its error, if it failed
+        return await task
+    except BaseException:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise
 
 
 def window_sql(in_window: int) -> str:
