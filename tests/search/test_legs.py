@@ -94,6 +94,42 @@ async def test_keyword_leg_reads_a_capped_number_of_postings_per_term(rt, ns, mo
     assert len(all_rows) == 13 and len(few) <= 1 + 3 * len(terms)
 
 
+async def test_keyword_statement_without_name_groups_scores_as_the_grouped_one(rt, ns):
+    """Terms that share no group (no name written several ways) are scored by the statement
+    with one aggregation; the grouped statement, each term a group of its own, gives the same
+    memories in the same order with the same scores."""
+    from retrieval.search import keyword as leg
+
+    await _ingest(
+        rt,
+        ns,
+        [{"id": f"c{i}", "content": f"今日は天気の話をした{i}"} for i in range(6)]
+        + [
+            {"id": "rare", "content": "天気と量子コンピュータの話"},
+            {"id": "qc", "content": "量子コンピュータの論文を読んだ"},
+            {"id": "qc2", "content": "量子の話を天気の後にした"},
+        ],
+    )
+    run, _ = _leg_context(rt, ns, "量子コンピュータと天気の話", k=20)
+    async with rt.pool.acquire() as conn:
+        stats = await leg.query_terms(run, conn)
+        args = [
+            *run.where_args(),
+            [r["term"] for r in stats],
+            [float(r["idf"]) for r in stats],
+            leg.BM25_K1,
+            leg.BM25_B,
+            leg.POSTINGS_PER_TERM,
+            float(stats[0]["avgdl"]),
+            run.k,
+        ]
+        one = await conn.fetch(leg.KEYWORD_SQL_UNGROUPED, *args)
+        each = await conn.fetch(leg.KEYWORD_SQL, *args, list(range(len(stats))))
+    assert len(stats) >= 3 and len(one) == 9
+    assert [r["external_id"] for r in one] == [r["external_id"] for r in each]
+    assert [r["score"] for r in one] == pytest.approx([r["score"] for r in each])
+
+
 async def test_trigram_leg_uses_the_trigram_index(rt, ns):
     """An OR of ILIKEs was planned as a scan of every memory (715 ms on 13.4k passages)."""
     from retrieval.search.names import TRIGRAM_SQL
