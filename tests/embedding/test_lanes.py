@@ -21,6 +21,13 @@ def _held(lane: FairLane) -> threading.Event:
     return release
 
 
+def _all_idle(lane: FairLane, n: int) -> None:
+    deadline = time.monotonic() + 10
+    while len(lane._idle) < n:
+        assert time.monotonic() < deadline, "the lane's threads did not go idle"
+        time.sleep(0.001)
+
+
 def test_tenants_are_served_in_turn():
     lane = FairLane(1, name="t-turn")
     try:
@@ -42,8 +49,8 @@ def test_the_thread_idle_last_takes_the_next_item():
     try:
         names = []
         for _ in range(12):
+            _all_idle(lane, 4)  # the last thread is back waiting before the next item comes
             names.append(lane.submit("t", lambda: threading.current_thread().name).result(10))
-            time.sleep(0.02)  # the thread is back waiting before the next item comes
         assert len(set(names[1:])) == 1, names
     finally:
         lane.shutdown()
@@ -65,7 +72,7 @@ def test_shutdown_cancels_what_waits_and_stops_the_threads():
 
 def test_an_idle_lane_stops_at_once():
     lane = FairLane(3, name="t-idle")
-    time.sleep(0.05)  # every thread waiting
+    _all_idle(lane, 3)
     lane.shutdown()
     for t in lane._threads:
         t.join(10)
