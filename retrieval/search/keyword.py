@@ -100,6 +100,21 @@ def term_groups(intent: QueryIntent, terms: list[str]) -> list[int]:
     return [of.get(t, base + i) for i, t in enumerate(terms)]
 
 
+def bm25_args(run: SearchRun, stats: list[asyncpg.Record]) -> list[object]:
+    """$1-$12 of both keyword statements: the filters, the terms with their IDF, BM25's
+    constants, the postings cap, the average length and k (the grouped one adds $13)."""
+    return [
+        *run.where_args(),
+        [r["term"] for r in stats],
+        [float(r["idf"]) for r in stats],
+        BM25_K1,
+        BM25_B,
+        POSTINGS_PER_TERM,
+        float(stats[0]["avgdl"]),
+        run.k,
+    ]
+
+
 async def keyword(run: SearchRun, given: Given) -> list[Candidate]:
     """BM25 over the Sudachi tokens of any of the query's keywords (and its people's names in any
     script), from impact-ordered postings."""
@@ -109,19 +124,11 @@ async def keyword(run: SearchRun, given: Given) -> list[Candidate]:
         stats = await query_terms(run, conn)
         if not stats:
             return []
-        terms = [r["term"] for r in stats]
-        groups = term_groups(run.intent, terms)
-        grouped = len(set(groups)) < len(groups)
+        groups = term_groups(run.intent, [r["term"] for r in stats])
+        grouped = len(set(groups)) < len(groups)  # a name written several ways counts once
         rows = await conn.fetch(
             KEYWORD_SQL if grouped else KEYWORD_SQL_UNGROUPED,
-            *run.where_args(),
-            terms,
-            [float(r["idf"]) for r in stats],
-            BM25_K1,
-            BM25_B,
-            POSTINGS_PER_TERM,
-            float(stats[0]["avgdl"]),
-            run.k,
+            *bm25_args(run, stats),
             *([groups] if grouped else []),
             timeout=run.timeout_s,
         )

@@ -113,16 +113,7 @@ async def test_keyword_statement_without_name_groups_scores_as_the_grouped_one(r
     run, _ = _leg_context(rt, ns, "量子コンピュータと天気の話", k=20)
     async with rt.pool.acquire() as conn:
         stats = await leg.query_terms(run, conn)
-        args = [
-            *run.where_args(),
-            [r["term"] for r in stats],
-            [float(r["idf"]) for r in stats],
-            leg.BM25_K1,
-            leg.BM25_B,
-            leg.POSTINGS_PER_TERM,
-            float(stats[0]["avgdl"]),
-            run.k,
-        ]
+        args = leg.bm25_args(run, stats)
         one = await conn.fetch(leg.KEYWORD_SQL_UNGROUPED, *args)
         each = await conn.fetch(leg.KEYWORD_SQL, *args, list(range(len(stats))))
     assert len(stats) >= 3 and len(one) == 9
