@@ -35,7 +35,7 @@ class FairLane:
             OrderedDict()
         )
         self._lock = threading.Lock()
-        self._idle: list[threading.Condition] = []  # one a waiting thread, the last idle last
+        self._idle: list[threading.Condition] = []  # the waiting threads', the last idle last
         self._closed = False
         self._initializer = initializer
         self._threads = [
@@ -61,9 +61,7 @@ class FairLane:
         with self._lock:
             while not self._queues and not self._closed:
                 self._idle.append(wake)
-                wake.wait()
-                if wake in self._idle:  # woken by shutdown, not handed an item
-                    self._idle.remove(wake)
+                wake.wait()  # whoever wakes it has taken it off the idle list
             if not self._queues:
                 return None  # closed and drained
             tenant, queue = next(iter(self._queues.items()))
@@ -95,5 +93,5 @@ class FairLane:
                 for fut, _, _ in queue:
                     fut.cancel()
             self._queues.clear()
-            for wake in self._idle:
-                wake.notify()
+            while self._idle:
+                self._idle.pop().notify()

@@ -28,6 +28,12 @@ def _all_idle(lane: FairLane, n: int) -> None:
         time.sleep(0.001)
 
 
+def _stopped(lane: FairLane) -> None:
+    for t in lane._threads:
+        t.join(10)
+        assert not t.is_alive()
+
+
 def test_tenants_are_served_in_turn():
     lane = FairLane(1, name="t-turn")
     try:
@@ -65,18 +71,14 @@ def test_shutdown_cancels_what_waits_and_stops_the_threads():
     with pytest.raises(RuntimeError, match="shut down"):
         lane.submit("a", lambda: None)
     release.set()
-    for t in lane._threads:
-        t.join(10)
-        assert not t.is_alive()
+    _stopped(lane)
 
 
 def test_an_idle_lane_stops_at_once():
     lane = FairLane(3, name="t-idle")
     _all_idle(lane, 3)
     lane.shutdown()
-    for t in lane._threads:
-        t.join(10)
-        assert not t.is_alive()
+    _stopped(lane)
 
 
 def test_an_exception_reaches_the_caller_and_the_thread_goes_on():
