@@ -30,7 +30,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from retrieval.evaluation.bench import NAMESPACE, bench_dsn, bench_queries
+from retrieval.evaluation.bench import NAMESPACE, bench_dsn, bench_queries, cpu_seconds, percentiles
 
 # Starts the data directory's embedded server and holds it until stdin closes.
 _HOLD = (
@@ -68,9 +68,11 @@ def _start(checkout: Path, data: Path, port: int, procs: list[subprocess.Popen])
     return f"http://127.0.0.1:{port}"
 
 
-def _ready(client: httpx.Client, seconds: float = 180) -> None:
+def _ready(client: httpx.Client, server: subprocess.Popen, seconds: float = 180) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
+        if server.poll() is not None:  # a busy port, a bad checkout: its message is above
+            raise SystemExit(f"{client.base_url}: the server exited ({server.returncode})")
         try:
             if client.get("/readyz").status_code == 200:
                 return
@@ -95,24 +97,24 @@ def measure(versions: list[tuple[str, Path, Path]], queries: int, seed: int) -> 
         servers = []
         for i, (name, checkout, data) in enumerate(versions):
             url = _start(checkout, data, 8810 + i, procs)
-            servers.append((name, httpx.Client(base_url=url, timeout=30), procs[-1].pid))
+            servers.append((name, httpx.Client(base_url=url, timeout=30), procs[-1]))
         warm, qs = bench_queries(queries, seed)
-        for _, client, _ in servers:
-            _ready(client)
+        for _, client, proc in servers:
+            _ready(client, proc)
             for q in warm:
                 _ask(client, q)
         lat: dict[str, list[float]] = {name: [] for name, _, _ in servers}
-        cpu = {name: psutil.Process(pid).cpu_times() for name, _, pid in servers}
+        cpu = {name: cpu_seconds(psutil.Process(proc.pid)) for name, _, proc in servers}
         for i, q in enumerate(qs):
             for name, client, _ in servers if i % 2 == 0 else servers[::-1]:
                 lat[name].append(_ask(client, q))
         out: dict = {"queries": len(qs), "seed": seed}
-        for name, _, pid in servers:
-            c0, c1 = cpu[name], psutil.Process(pid).cpu_times()
-            a = np.asarray(lat[name])
-            out[name] = {f"p{p}_ms": round(float(np.percentile(a, p)), 2) for p in (50, 95, 99)}
-            spent = (c1.user + c1.system) - (c0.user + c0.system)
-            out[name]["service_cpu_ms_per_request"] = round(spent * 1000.0 / len(qs), 2)
+        for name, _, proc in servers:
+            spent = cpu_seconds(psutil.Process(proc.pid)) - cpu[name]
+            out[name] = {
+                **percentiles(lat[name]),
+                "service_cpu_ms_per_request": round(spent * 1000.0 / len(qs), 2),
+            }
         first, second = (np.asarray(lat[name]) for name, _, _ in servers)
         d = second - first
         out["second_minus_first_ms"] = {

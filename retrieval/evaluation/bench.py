@@ -134,7 +134,7 @@ def bench_queries(n: int, seed: int = 1) -> tuple[list[str], list[str]]:
     return qs[:WARM_UP], qs[WARM_UP:]
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
+def percentiles(values: list[float]) -> dict[str, float]:
     if not values:
         return {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0}
     a = np.asarray(values)
@@ -248,11 +248,11 @@ async def in_process(
     t = time.perf_counter()
     await asyncio.gather(*(one(q) for q in queries))
     wall = time.perf_counter() - t
-    out = {k: _percentiles(v) for k, v in stages.items()}
+    out = {k: percentiles(v) for k, v in stages.items()}
     return {"stages": out, "rps": round(len(queries) / wall, 2)}
 
 
-def _cpu_s(proc: psutil.Process, *, reaped: bool = False) -> float:
+def cpu_seconds(proc: psutil.Process, *, reaped: bool = False) -> float:
     """CPU seconds (user + system) of a process and its live children; with `reaped`, also of
     the children it has already waited for (PostgreSQL's backends that came and went)."""
     total = 0.0
@@ -335,17 +335,23 @@ async def over_http(
                     errors += r.status_code != 200
 
             service = psutil.Process(proc.pid)
-            cpu0 = (_cpu_s(service), _cpu_s(postmaster, reaped=True) if postmaster else 0.0)
+            cpu0 = (
+                cpu_seconds(service),
+                cpu_seconds(postmaster, reaped=True) if postmaster else 0.0,
+            )
             t = time.perf_counter()
             await asyncio.gather(*(one(q) for q in queries))
             wall = time.perf_counter() - t
-            cpu1 = (_cpu_s(service), _cpu_s(postmaster, reaped=True) if postmaster else 0.0)
+            cpu1 = (
+                cpu_seconds(service),
+                cpu_seconds(postmaster, reaped=True) if postmaster else 0.0,
+            )
     finally:
         proc.terminate()
         proc.wait(timeout=20)
     n = max(len(queries), 1)
     return {
-        **_percentiles(lat),
+        **percentiles(lat),
         "rps": round(len(queries) / wall, 2),
         "errors": errors,
         "service_cpu_ms_per_request": round((cpu1[0] - cpu0[0]) * 1000.0 / n, 2),

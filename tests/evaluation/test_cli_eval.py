@@ -172,11 +172,11 @@ def test_bench_queries_are_distinct_and_apart_from_the_warm_up(capsys):
 async def test_bench_finds_a_local_servers_cpu(settings):
     """The capacity figures (CPU per request) read the local server's process tree; a server
     elsewhere is not measured rather than measured wrong."""
-    from retrieval.evaluation.bench import _cpu_s, is_local, server_process
+    from retrieval.evaluation.bench import cpu_seconds, is_local, server_process
 
     dsn = settings.dsn()
     postmaster = await server_process(dsn)
-    assert postmaster is not None and _cpu_s(postmaster, reaped=True) > 0
+    assert postmaster is not None and cpu_seconds(postmaster, reaped=True) > 0
     assert is_local("postgresql://u@localhost:5432/db") and is_local("postgresql:///db?host=/tmp")
     assert not is_local("postgresql://u@db.internal:5432/db")
     assert await server_process("postgresql://u@db.internal:5432/db") is None
