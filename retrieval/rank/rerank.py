@@ -35,7 +35,7 @@ from retrieval.rank.lexical import (
     lex_inputs,
     lex_signal,
 )
-from retrieval.rank.window import NEAR_WINDOW_FLOOR, near_window, recency_factor
+from retrieval.rank.window import NEAR_WINDOW_FLOOR, near_window, recency_factor, window_misread
 
 _SCORE_NAMES = {
     Source.VECTOR: "cos",
@@ -211,7 +211,8 @@ def rerank(
     relations: tuple[str, ...] = (),
     names: tuple[str, ...] = (),
 ) -> tuple[list[ScoredResult], int]:
-    """Fuse, add what expansion reached, admit the top `rerank_top` by quotas (window first),
+    """Fuse, add what expansion reached, admit the top `rerank_top` by quotas (window first,
+    unless no memory with the question's words lies in it: rank.window.window_misread),
     add the character n-gram signal, decay by age, dedupe, threshold, diversify, label and
     explain. `named_seeds`: the memories the caller named as the conversation's (what
     their hops reach counts even where it matches nothing). `present`: a question about now,
@@ -220,7 +221,8 @@ def rerank(
     fused, expanded = expand(
         fuse_first_wave(per_source, preset), per_source, preset, frozenset(named_seeds)
     )
-    first = preset.window is WindowMode.FIRST and window is not None
+    misread = preset.window is WindowMode.FIRST and window_misread(per_source, window)
+    first = preset.window is WindowMode.FIRST and window is not None and not misread
 
     def placed(c: Candidate) -> float:
         """0 in the window, (0, 1] into a fuzzy window's soft edge, -1 outside."""
@@ -263,7 +265,14 @@ def rerank(
     final = [
         _label(r, preset, window if first else None, *meta[r.candidate.id], expanded) for r in kept
     ]
-    return final[:limit], before
+    return (_set_aside(final, window) if misread else final)[:limit], before
+
+
+def _set_aside(results: list[ScoredResult], window: TimeRange | None) -> list[ScoredResult]:
+    """The results with their reasons saying the window was set aside (window_misread)."""
+    label = (window.relative or window.text if window else None) or "the window"
+    note = f"{label} set aside: none of the memories with the question's words lies in it"
+    return [replace(r, reason=f"{r.reason}; {note}") for r in results]
 
 
 def _score(

@@ -4,9 +4,10 @@ on a fuzzy window's soft edge, outside)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from retrieval.models import TimeRange
+from retrieval.models import Candidate, Source, TimeRange
 
 # A memory at the far end of a fuzzy window's soft edge keeps this share of its score.
 NEAR_WINDOW_FLOOR = 0.5
@@ -39,13 +40,27 @@ def near_window(created_at: datetime, window: TimeRange | None) -> float:
     return max(edge / width, 1e-6) if width.total_seconds() > 0 else -1.0
 
 
-# The n-gram signal reads at most this many characters of a memory: a 100k-character memory
-# holds nearly every common n-gram anyway, and its n-grams cost ~44 ms to make and ~7 MB to
-
-
 def in_window(created_at: datetime, window: TimeRange | None) -> bool:
     if window is None:
         return True
     if window.start is not None and created_at < window.start:
         return False
     return not (window.end is not None and created_at >= window.end)
+
+
+# The legs that find a memory by the question's own words and names.
+WORDED = (Source.KEYWORD, Source.TRIGRAM)
+
+
+def window_misread(
+    per_source: Mapping[Source, Sequence[Candidate]], window: TimeRange | None
+) -> bool:
+    """Whether the question's words were found, but none of their memories lies in (or beside)
+    the window read from it: the window names a time the store holds nothing of the topic
+    for, most often because the question repeats a memory's own words ("the $75 I spent last
+    Thursday", said a week before). Ranking the window's unrelated memories first would
+    answer with them; the ranking is then by relevance alone."""
+    if window is None:
+        return False
+    worded = [c for s in WORDED for c in per_source.get(s, ())]
+    return bool(worded) and all(near_window(c.created_at, window) < 0 for c in worded)

@@ -95,6 +95,32 @@ def test_rerank_window_first_then_outside():
     assert "inside last_week" in res[0].reason and before == 2
 
 
+def test_a_window_holding_none_of_the_questions_words_is_set_aside():
+    """The question's words were found only outside the window read from it (it repeats a
+    memory's own "last Thursday", said a week earlier): the window's unrelated memories do not
+    go first, relevance decides, and each reason says the window was set aside. Once one
+    memory with the words lies in the window, the window comes first again."""
+    w = TimeRange(NOW - timedelta(days=7), NOW, "last_thursday")
+    old = NOW - timedelta(days=12)
+    said = cand(1, 0.88, Source.VECTOR, created_at=old)
+    unrelated = cand(2, 0.80, Source.TEMPORAL, created_at=NOW - timedelta(days=3))
+    per = {
+        Source.TEMPORAL: [unrelated],
+        Source.VECTOR: [said, cand(2, 0.80, Source.VECTOR, created_at=unrelated.created_at)],
+        Source.KEYWORD: [cand(1, 15.0, Source.KEYWORD, created_at=old)],
+    }
+    res, _ = rerank(per, TEMPORAL, now=NOW, window=w, limit=10)
+    assert [r.candidate.id for r in res][0] == 1
+    assert all("last_thursday set aside" in r.reason for r in res)
+    assert "outside_window" not in res[0].signals and res[0].relevance != "outside_window"
+
+    per[Source.KEYWORD].append(cand(2, 2.0, Source.KEYWORD, created_at=unrelated.created_at))
+    res, _ = rerank(per, TEMPORAL, now=NOW, window=w, limit=10)
+    assert [r.candidate.id for r in res] == [2, 1]
+    assert not any("set aside" in r.reason for r in res)
+    assert res[1].relevance == "outside_window"
+
+
 def test_scores_follow_the_window_first_order_and_weak_results_are_low():
     """An inside memory the legs scored ~0 ranks above a strong one outside the window: the
     outside one's returned score is brought below it (one factor, said in the reason), so the
