@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from retrieval.analysis.answers import AnswerKind, asked_kind, asks_about, gives, mentions
+from retrieval.analysis.answers import (
+    _ASKING_SENTENCE_RE,
+    AnswerKind,
+    asked_kind,
+    asks_about,
+    gives,
+    mentions,
+)
 from retrieval.analysis.nlp import question_focus
 
 DATE, AMOUNT = AnswerKind.DATE, AnswerKind.AMOUNT
@@ -132,3 +141,14 @@ def test_asks_about(turn, keywords, names, expected):
 @given(st.text(max_size=300), st.lists(st.text(min_size=1, max_size=8), max_size=5))
 def test_asks_about_takes_any_text(text, keywords):
     assert asks_about(text, keywords, ["Ken"]) in (True, False)
+
+
+# The asking-sentence pattern as it was before its matches were anchored to where a run of text
+# starts: the same matches, found by trying every character.
+_UNANCHORED = re.compile(r"[^。！？!?.\n]*(?:[?？]|(?:か|かな|の)[。！!]?\s*$)")
+
+
+@given(st.text(alphabet="ab cかなの。！？!?.\n\t", max_size=40))
+def test_asking_sentences_anchored_are_the_ones_found_unanchored(text):
+    got = [m.group(0) for m in _ASKING_SENTENCE_RE.finditer(text)]
+    assert got == [m.group(0) for m in _UNANCHORED.finditer(text)]
