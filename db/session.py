@@ -16,7 +16,8 @@ end that does not finish in time terminates the connection too.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Literal
 
@@ -33,13 +34,40 @@ _END = {"read": "ROLLBACK", "write": "COMMIT"}
 _FLOOR_S = 0.001
 
 
+# What SET LOCAL may be given with BEGIN (local=): a setting's name, and a value that is a
+# number or a word. They are the caller's constants and numbers, never a user's text: the
+# statement is written out, as SET takes no parameters.
+_SETTING = re.compile(r"[a-z_][a-z0-9_.]*")
+_VALUE = re.compile(r"[A-Za-z0-9_]+")
+
+
+def begin(transaction: Transaction, local: Mapping[str, str | int]) -> str:
+    """The statement that begins the transaction and sets `local` in it (SET LOCAL), in one
+    round trip to the server. ValueError for a name or value that is not a plain word."""
+    out = [_BEGIN[transaction]]
+    for name, value in local.items():
+        text = str(int(value)) if isinstance(value, int) else value
+        if not _SETTING.fullmatch(name) or not _VALUE.fullmatch(text):
+            raise ValueError(f"not a plain setting: {name!r} = {value!r}")
+        out.append(f"SET LOCAL {name} = '{text}'")
+    return "; ".join(out)
+
+
 @asynccontextmanager
 async def session(
-    pool: asyncpg.Pool, timeout_s: float, *, transaction: Transaction = "none"
+    pool: asyncpg.Pool,
+    timeout_s: float,
+    *,
+    transaction: Transaction = "none",
+    local: Mapping[str, str | int] | None = None,
 ) -> AsyncIterator[asyncpg.Connection]:
     """A connection from `pool` for at most `timeout_s` seconds: taken, begun, ended and given
     back within that time; on any failure inside, terminated rather than rolled back. The
-    statements run in it should carry `timeout=` of their own (the time left, or less)."""
+    statements run in it should carry `timeout=` of their own (the time left, or less).
+    `local`: settings for the transaction (SET LOCAL), sent with its BEGIN."""
+    if local and transaction == "none":
+        raise ValueError("SET LOCAL needs a transaction")
+    opening = begin(transaction, local or {}) if transaction != "none" else ""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
 
@@ -49,8 +77,8 @@ async def session(
     conn = await pool.acquire(timeout=left())
     ended = False
     try:
-        if transaction != "none":
-            await conn.execute(_BEGIN[transaction], timeout=left())
+        if opening:
+            await conn.execute(opening, timeout=left())
         try:
             yield conn
         except BaseException as exc:
@@ -79,4 +107,4 @@ def _gone(exc: BaseException) -> bool:
     return isinstance(exc, _GONE) or not isinstance(exc, Exception)
 
 
-__all__ = ["Transaction", "session"]
+__all__ = ["Transaction", "begin", "session"]

@@ -42,13 +42,6 @@ class Skip(Exception):
     """The leg has nothing to search for in this query (no window, no keywords, no names)."""
 
 
-# Sets the current transaction's statement timeout (milliseconds, as text) and plan cache mode,
-# in one round trip.
-SET_LEG_SETTINGS = (
-    "SELECT set_config('statement_timeout', $1, true), set_config('plan_cache_mode', $2, true)"
-)
-
-
 @asynccontextmanager
 async def leg_connection(
     run: SearchRun, *, generic_plan: bool = False
@@ -64,16 +57,15 @@ async def leg_connection(
     context) the plan is the same whatever the values, and planning cost as much as running:
     on LoCoMo 1.3 of 2.7 ms for the entity hop, 0.85 of 1.3 ms for the context
     (docs/benchmarks.md, "tenth release: planned once")."""
+    # The transaction's own statement timeout and plan cache mode, set with its BEGIN.
+    local = {
+        "statement_timeout": max(1, int(run.timeout_s * 1000)),
+        "plan_cache_mode": "force_generic_plan" if generic_plan else "force_custom_plan",
+    }
     async with (
         run.slots if run.slots is not None else nullcontext(),
-        session(run.pool, run.timeout_s, transaction="read") as conn,
+        session(run.pool, run.timeout_s, transaction="read", local=local) as conn,
     ):
-        await conn.execute(
-            SET_LEG_SETTINGS,
-            str(max(1, int(run.timeout_s * 1000))),
-            "force_generic_plan" if generic_plan else "force_custom_plan",
-            timeout=run.timeout_s,
-        )
         yield conn
 
 
