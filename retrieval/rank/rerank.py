@@ -262,17 +262,30 @@ def rerank(
     if diverse:
         kept = diversify(kept, diversify_by or "", per_bucket, limit)
     kept = _below_the_window(kept, {i for i, (near, _) in meta.items() if near >= 0})
-    final = [
-        _label(r, preset, window if first else None, *meta[r.candidate.id], expanded) for r in kept
-    ]
-    return (_set_aside(final, window) if misread else final)[:limit], before
+    if misread and window is not None:
+        return _set_aside(kept[:limit], window, preset, meta, expanded), before
+    shown = window if first else None
+    return [_label(r, preset, shown, *meta[r.candidate.id], expanded) for r in kept][:limit], before
 
 
-def _set_aside(results: list[ScoredResult], window: TimeRange | None) -> list[ScoredResult]:
-    """The results with their reasons saying the window was set aside (window_misread)."""
-    label = (window.relative or window.text if window else None) or "the window"
+def _set_aside(
+    results: list[ScoredResult],
+    window: TimeRange,
+    preset: Preset,
+    meta: Mapping[int, tuple[float, float]],
+    expanded: Expanded,
+) -> list[ScoredResult]:
+    """The results of a window set aside (window_misread), in their order: each still labelled
+    and explained by where it lies against the window (outside it, on its edge), its reason
+    ending with why the window did not order them."""
+    label = window.relative or window.text or "the window"
     note = f"{label} set aside: none of the memories with the question's words lies in it"
-    return [replace(r, reason=f"{r.reason}; {note}") for r in results]
+    out = []
+    for r in results:
+        near = near_window(r.candidate.created_at, window)
+        x = _label(r, preset, window, near, meta[r.candidate.id][1], expanded)
+        out.append(replace(x, reason=f"{x.reason}; {note}"))
+    return out
 
 
 def _score(

@@ -98,7 +98,8 @@ def test_rerank_window_first_then_outside():
 def test_a_window_holding_none_of_the_questions_words_is_set_aside():
     """The question's words were found only outside the window read from it (it repeats a
     memory's own "last Thursday", said a week earlier): the window's unrelated memories do not
-    go first, relevance decides, and each reason says the window was set aside. Once one
+    go first, relevance decides, and each reason says the window was set aside (each result
+    still labelled by where it lies against the window). Once one
     memory with the words lies in the window, the window comes first again."""
     w = TimeRange(NOW - timedelta(days=7), NOW, "last_thursday")
     old = NOW - timedelta(days=12)
@@ -110,9 +111,12 @@ def test_a_window_holding_none_of_the_questions_words_is_set_aside():
         Source.KEYWORD: [cand(1, 15.0, Source.KEYWORD, created_at=old)],
     }
     res, _ = rerank(per, TEMPORAL, now=NOW, window=w, limit=10)
-    assert [r.candidate.id for r in res][0] == 1
+    assert [r.candidate.id for r in res] == [1, 2]
     assert all("last_thursday set aside" in r.reason for r in res)
-    assert "outside_window" not in res[0].signals and res[0].relevance != "outside_window"
+    # Still said where each lies, but not scaled below the window's.
+    assert res[0].relevance == "outside_window" and "outside last_thursday" in res[0].reason
+    assert "outside_window" not in res[0].signals and res[0].score > res[1].score
+    assert "inside last_thursday" in res[1].reason
 
     per[Source.KEYWORD].append(cand(2, 2.0, Source.KEYWORD, created_at=unrelated.created_at))
     res, _ = rerank(per, TEMPORAL, now=NOW, window=w, limit=10)
