@@ -6,9 +6,9 @@ data directory `retrieval eval-suite` indexed the set into:
     RETRIEVAL_DATA_DIR=D retrieval serve --port 8765 &
     python scripts/http_latency.py locomo --url http://127.0.0.1:8765 [--no-expand] [--repeat 2]
 
-Prints client-side p50/p95/p99, the server's own stages and each source's time. Each question
-is asked once per pass; a second pass (--repeat 2) shows what the query-embedding cache saves.
-A set indexed only in part (eval-suite --max-queries N) gives more distinct requests with
+Prints client-side p50/p95/p99, the server's own stages and each source's time, and with
+--slowest N the N slowest requests stage by stage. Each question is asked once per pass; a
+second pass (--repeat 2) shows what the query-embedding cache saves. A set indexed only in part (eval-suite --max-queries N) gives more distinct requests with
 `--max-queries N --every-namespace`: every question asked in each of those N haystacks.
 """
 
@@ -46,6 +46,13 @@ def main() -> None:
     ap.add_argument("--no-expand", action="store_true")
     ap.add_argument("--context-window", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument(
+        "--slowest",
+        type=int,
+        default=0,
+        help="also print the N slowest requests of each pass: the question, its characters, "
+        "strategy and server stages",
+    )
     ap.add_argument("--max-queries", type=int, default=0)
     ap.add_argument(
         "--every-namespace",
@@ -67,6 +74,7 @@ def main() -> None:
         for n in range(args.repeat):
             client_ms: list[float] = []
             stages: dict[str, list[float]] = defaultdict(list)
+            each: list[tuple[float, str, str, dict[str, float]]] = []
             for q in queries:
                 body = {
                     "query": q.text,
@@ -88,11 +96,19 @@ def main() -> None:
                     stages[k].append(v)
                 for k, rep in meta["search_breakdown"].items():
                     stages[f"  {k}"].append(rep["latency_ms"])
+                each.append(
+                    (client_ms[-1], q.text, meta["strategy_used"], meta["stage_latency_ms"])
+                )
             print(f"pass {n + 1}: {len(queries)} questions, p50 / p95 / p99 ms")
             print(f"  HTTP (client)   {pct(client_ms)}")
             # Stages, then each source (indented: part of search, expand or context).
             for k, v in sorted(stages.items(), key=lambda kv: (kv[0].startswith(" "), kv[0])):
                 print(f"  {k:15s} {pct(v)}")
+            for ms, text, strategy, st in sorted(each, key=lambda x: -x[0])[: args.slowest]:
+                parts = ", ".join(f"{k} {v:.0f}" for k, v in st.items())
+                print(
+                    f"  {ms:6.1f} ms  {len(text):3d} chars  {strategy:13s} {parts}  {text[:60]!r}"
+                )
 
 
 if __name__ == "__main__":
