@@ -8,8 +8,9 @@ data directory `retrieval eval-suite` indexed the set into:
 
 Prints client-side p50/p95/p99, the server's own stages and each source's time, and with
 --slowest N the N slowest requests stage by stage. Each question is asked once per pass; a
-second pass (--repeat 2) shows what the query-embedding cache saves. A set indexed only in part (eval-suite --max-queries N) gives more distinct requests with
-`--max-queries N --every-namespace`: every question asked in each of those N haystacks.
+second pass (--repeat 2) shows what the query-embedding cache saves. A set indexed only in
+part (eval-suite --max-queries N) gives more distinct requests with `--max-queries N
+--every-namespace`: every question asked in each of those N haystacks.
 """
 
 from __future__ import annotations

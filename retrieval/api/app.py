@@ -5,6 +5,7 @@ handlers (retrieval.api.errors)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -65,6 +66,12 @@ def _lifespan(settings: Settings, runtime: Runtime | None, mcp_http: Any, mcp_cl
             if mcp_task.done():
                 mcp_task.result()  # it failed to start: say why
             app.state.runtime = runtime or await open_runtime(settings)
+            if runtime is None:
+                # What serving started with (models, analysers, modules: ~190,000 objects) lives
+                # as long as the process: the collector no longer walks it in each full pass.
+                # Measured on LongMemEval (625 requests): the longest full collection, which
+                # stalls every request in flight, 229 -> 99 ms; all of them 1.07 -> 0.82 s.
+                gc.freeze()
             keepers = [
                 asyncio.create_task(_retention(app.state.runtime)),
                 asyncio.create_task(app.state.runtime.jobs.run()),
