@@ -182,7 +182,7 @@ class _Tally:
         out["stages"] = {k: percentiles(v) for k, v in sorted(self.stages.items())}
         out.update(self.parts.summary())
         if strategy == "auto":
-            out["by_strategy"] = _split(qrels, self.run, self.used)
+            out["by_strategy"] = _split_checked(qrels, self.run, self.used, out)
         categories = {q.id: q.category for q in queries if q.category}
         if categories:
             out["by_category"] = _split_checked(qrels, self.run, categories, out)
@@ -341,9 +341,10 @@ def _split_checked(
     label: dict[str, str],
     whole: dict[str, Any],
 ) -> dict[str, dict[str, float]]:
-    """_split(), checked against the whole: once, one question category's figures (ranx's) did
-    not add up to the whole's of the same run (0.000 for two questions that scored 1.000 there
-    and in every run after). Groups that do not add up are computed again, said in the log."""
+    """_split(), checked against the whole (each split of a run: by strategy, by category):
+    once, one question category's figures (ranx's) did not add up to the whole's of the same
+    run (0.000 for two questions that scored 1.000 there and in every run after). Groups that
+    do not add up are computed again, said in the log."""
     groups = _split(qrels, run, label)
     for attempt in range(2):
         labelled = sum(g["n_queries"] for g in groups.values())
