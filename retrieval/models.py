@@ -180,6 +180,9 @@ class QueryIntent:
     relations: tuple[str, ...] = ()
     # The kind of answer it asks for ("date", "amount": retrieval.analysis.answers), if it says.
     asks: str | None = None
+    # Whose turns answer it in a chat with an assistant ("user", "assistant": the asker's own
+    # life, or what the assistant said; retrieval.analysis.speaker), if it says.
+    speaker: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -196,6 +199,7 @@ class QueryIntent:
             "present": self.present,
             "relations": list(self.relations),
             "asks": self.asks,
+            "speaker": self.speaker,
         }
 
 

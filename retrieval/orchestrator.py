@@ -168,7 +168,7 @@ class Orchestrator:
             limit=options.limit, query=q, diversify_by=options.diversify_by,
             per_bucket=options.per_bucket, named_seeds=options.seed_ids,
             present=intent.present, relations=intent.relations,
-            names=tuple(n.text for n in intent.names),
+            names=tuple(n.text for n in intent.names), speaker=intent.speaker,
         )  # fmt: skip
         results = [result_of(r, details=options.include_metadata_details) for r in scored]
         if options.context_window > 0 and results:

@@ -6,8 +6,10 @@ data directory `retrieval eval-suite` indexed the set into:
     RETRIEVAL_DATA_DIR=D retrieval serve --port 8765 &
     python scripts/http_latency.py locomo --url http://127.0.0.1:8765 [--no-expand] [--repeat 2]
 
-Prints client-side p50/p95/p99, the server's own stages and each source's time, and with
---slowest N the N slowest requests stage by stage. Each question is asked once per pass; a
+Prints client-side p50/p95/p99, the server's own stages and each source's time, the ranking
+the answers give (MRR@10, R@10 and for a set of sessions session any@5, of the questions asked
+in their own namespace, as the harness scores them in-process), and with --slowest N the N
+slowest requests stage by stage. Each question is asked once per pass; a
 second pass (--repeat 2) shows what the query-embedding cache saves. A set indexed only in
 part (eval-suite --max-queries N) gives more distinct requests with `--max-queries N
 --every-namespace`: every question asked in each of those N haystacks.
@@ -27,8 +29,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from retrieval.evaluation.harness import corpus_namespace, read_queries, sub_namespace
-from retrieval.evaluation.suite import DEV_SETS
+from retrieval.evaluation.data import EvalQuery, read_qrels, sessions_of
+from retrieval.evaluation.harness import (
+    corpus_namespace,
+    read_queries,
+    score,
+    session_recall,
+    sub_namespace,
+)
+from retrieval.evaluation.suite import DEV_SETS, DevSet
 
 
 def pct(xs: list[float]) -> str:
@@ -71,11 +80,13 @@ def main() -> None:
             queries = [replace(q, namespace=x.namespace) for x in indexed for q in queries]
         else:
             queries = indexed
+    own = {q.id: q.namespace for q in read_queries(args.dir / s.queries)}
     with httpx.Client(base_url=args.url, timeout=30.0) as client:
         for n in range(args.repeat):
             client_ms: list[float] = []
             stages: dict[str, list[float]] = defaultdict(list)
             each: list[tuple[float, str, str, dict[str, float]]] = []
+            ranked: dict[str, list[str]] = {}
             for q in queries:
                 body = {
                     "query": q.text,
@@ -91,6 +102,8 @@ def main() -> None:
                 r = client.post("/v1/retrieve", json=body)
                 client_ms.append((time.perf_counter() - t) * 1000.0)
                 r.raise_for_status()
+                if q.namespace == own.get(q.id):
+                    ranked[q.id] = [x["id"] for x in r.json()["results"]]
                 meta = r.json()["metadata"]
                 stages["total (server)"].append(meta["total_latency_ms"])
                 for k, v in meta["stage_latency_ms"].items():
@@ -105,11 +118,34 @@ def main() -> None:
             # Stages, then each source (indented: part of search, expand or context).
             for k, v in sorted(stages.items(), key=lambda kv: (kv[0].startswith(" "), kv[0])):
                 print(f"  {k:15s} {pct(v)}")
+            print_ranking(args.dir, s, queries, ranked)
             for ms, text, strategy, st in sorted(each, key=lambda x: -x[0])[: args.slowest]:
                 parts = ", ".join(f"{k} {v:.0f}" for k, v in st.items())
                 print(
                     f"  {ms:6.1f} ms  {len(text):3d} chars  {strategy:13s} {parts}  {text[:60]!r}"
                 )
+
+
+def print_ranking(
+    root: Path, s: DevSet, queries: list[EvalQuery], ranked: dict[str, list[str]]
+) -> None:
+    """The ranking the HTTP answers give, scored as the harness scores its own (ranx), with
+    session recall where the questions name sessions."""
+    run = {q: {d: float(len(ids) - i) for i, d in enumerate(ids)} for q, ids in ranked.items()}
+    got = score(read_qrels(root / s.qrels), run)
+    line = (
+        f"  ranking: {len(run)} questions, MRR@10 {got['mrr@10']:.3f}, R@10 {got['recall@10']:.3f}"
+    )
+    named = {q.id: q.relevant_sessions for q in queries if q.relevant_sessions and q.id in run}
+    if named:
+        session_of = sessions_of(root / s.corpus)
+        anys = [
+            session_recall(run_ids, session_of, named[q])[0]
+            for q, run_ids in ranked.items()
+            if q in named
+        ]
+        line += f", session any@5 {float(np.mean(anys)):.3f}"
+    print(line)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ from retrieval.analysis.nlp import (
     question_focus,
     terms_from_tokens,
 )
-from retrieval.analysis.tense import asks_about_now, relations_in
+from retrieval.analysis.speaker import asked_speaker
+from retrieval.analysis.tense import asks_about_now, plans_ahead, relations_in
 from retrieval.analysis.timeexpr import parse_time, strip_spans
 from retrieval.models import Entity, QueryIntent, QueryType, TimeRange
 
@@ -104,12 +105,15 @@ class QueryAnalyzer:
         zone = tz or self.tz
         now = now or datetime.now(zone)
         tp = parse_time(text, now, zone, self.recent_days)
-        qtype = classify(text, self.dictionary, has_time=tp.range is not None)
         # Relative time words (先週, 最近) describe when, not what: keep them out of the keyword
         # legs. Written dates (1910年, 2025年3月) stay: in a question they are often content.
         relative = [(s, e) for s, e in tp.spans if not any(ch.isdigit() for ch in text[s:e])]
         body = strip_spans(text, relative) if relative else text
         toks = self.nlp.tokens(body)
+        window = tp.range
+        if window is not None and (window.end is None or window.end > now):
+            window = None if plans_ahead(body, toks) else window
+        qtype = classify(text, self.dictionary, has_time=window is not None)
         # Honorifics written in Latin letters (Tanaka-san, Kuroda-sensei) are no keywords.
         keywords = _unique([t for t in terms_from_tokens(toks) if t not in LATIN_TITLES])
         focus = question_focus(body, toks)
@@ -123,7 +127,7 @@ class QueryAnalyzer:
                 if m.group(0).lower() not in STOP_WORDS
             ]
         )
-        importance = 0.5 + 0.1 * min(len(entities), 2) + (0.1 if tp.range else 0.0)
+        importance = 0.5 + 0.1 * min(len(entities), 2) + (0.1 if window else 0.0)
         if any(w in text for w in self.dictionary.importance):
             importance += 0.2
         return QueryIntent(
@@ -131,7 +135,7 @@ class QueryAnalyzer:
             query_type=qtype,
             keywords=tuple(keywords),
             entities=tuple(entities),
-            time_range=tp.range,
+            time_range=window,
             time_hints=tuple(tp.hints),
             importance=round(min(importance, 1.0), 2),
             language="en" if text.isascii() else "ja",
@@ -140,9 +144,10 @@ class QueryAnalyzer:
             focus=focus.word if focus else None,
             focus_term=focus.term if focus else None,
             names=tuple(query_names(toks)),
-            present=asks_about_now(body, toks, past_window=_past(tp.range)),
+            present=asks_about_now(body, toks, past_window=_past(window)),
             relations=tuple(sorted(relations_in(body))),
             asks=asked_kind(body, toks, focus.term if focus else None),
+            speaker=asked_speaker(body),
         )
 
 

@@ -13,6 +13,11 @@ times (retrieval.rank.latest); a question about the past (where did I live in 20
   would have been (would … if), nor in one that adds up (the total, altogether, 合計, 全部で):
   a sum is made of every memory that holds a part, not of the newest.
 
+A question asking for a suggestion for the asker's own time ahead ("I've got some free time
+tonight, any documentary recommendations?", 今夜ひまなんだけど、おすすめの映画ある？) names when
+the asker will act, not when the memories that answer it were made (`plans_ahead`): its window
+is not read. Not when anything in it is past (did, last, watched, 観た), which names memories.
+
 Whose fact: the relations a text names (my wife, 兄, 母, a teammate) — a question about my
 brother's city is not answered by my own move, nor mine by my parents'.
 """
@@ -102,6 +107,28 @@ def relations_in(text: str) -> frozenset[str]:
     found = {_ENGLISH_WORDS[w] for w in set(_WORD_RUN.findall(low)) if w in _ENGLISH_WORDS}
     found.update(k for k, rx in _ENGLISH_HYPHENATED.items() if "-" in low and rx.search(low))
     return frozenset(found)
+
+
+# Asking for a suggestion: "any recommendations?", "Any ideas?", "what should I …", おすすめ.
+_EN_ADVICE = re.compile(
+    r"\b(?:recommend\w*|suggest\w*|ideas?|advice|tips?|what should i|where should i)\b",
+    re.IGNORECASE,
+)
+_JA_ADVICE = re.compile(
+    r"おすすめ|オススメ|お勧め|お薦め|アドバイス|提案|アイデア|何がいい|どうしたらいい"
+)
+# A verb in the past in English ("watched", "tried"): a word ending in -ed.
+_EN_ED = re.compile(r"\b[a-z]{2,}ed\b", re.IGNORECASE)
+
+
+def plans_ahead(text: str, toks: list[Token]) -> bool:
+    """Whether a question asks for a suggestion and says nothing past (see the module's doc):
+    its time, if it names one not over, is the asker's plan, not a window of memories."""
+    if text.isascii():
+        return bool(
+            _EN_ADVICE.search(text) and not _EN_PAST.search(text) and not _EN_ED.search(text)
+        )
+    return bool(_JA_ADVICE.search(text)) and not any(t.norm == "た" for t in toks)
 
 
 def _japanese_present(toks: list[Token]) -> bool:

@@ -11,6 +11,7 @@ from datetime import datetime
 
 import numpy as np
 
+from retrieval.analysis.speaker import turn_speaker
 from retrieval.analysis.strategy import Preset
 from retrieval.embedding.base import normalise
 from retrieval.models import (
@@ -189,6 +190,8 @@ def explain(
         text += f"; names none of the people asked about (x{r.signals['unnamed']:.2f})"
     elif r.candidate.names:
         text += "; names " + ", ".join(r.candidate.names)
+    if "other_speaker" in r.signals:
+        text += f"; said by the other side of the chat (x{r.signals['other_speaker']:.2f})"
     if recency < 0.999:
         text += f"; recency x{recency:.2f}"
     for note in r.notes:
@@ -210,6 +213,7 @@ def rerank(
     present: bool = False,
     relations: tuple[str, ...] = (),
     names: tuple[str, ...] = (),
+    speaker: str | None = None,
 ) -> tuple[list[ScoredResult], int]:
     """Fuse, add what expansion reached, admit the top `rerank_top` by quotas (window first,
     unless no memory with the question's words lies in it: rank.window.window_misread),
@@ -217,7 +221,8 @@ def rerank(
     explain. `named_seeds`: the memories the caller named as the conversation's (what
     their hops reach counts even where it matches nothing). `present`: a question about now,
     whose newest fact goes first (retrieval.rank.latest; `relations`: whose fact it asks).
-    `names`: the people the question names, as it writes them."""
+    `names`: the people the question names, as it writes them. `speaker`: whose turns answer
+    it (retrieval.analysis.speaker)."""
     fused, expanded = expand(
         fuse_first_wave(per_source, preset), per_source, preset, frozenset(named_seeds)
     )
@@ -244,10 +249,7 @@ def rerank(
     scored = [
         (a, replace(r, highlight=spans[r.candidate.id][0].bounds), b, c) for a, r, b, c in scored
     ]
-    scored = _about_the_people(scored, named, per_source)
-    scored.sort(key=lambda x: (x[0], x[1].score), reverse=True)
-    if present:
-        scored = latest_first(scored, relations)
+    scored = _whose(_about_the_people(scored, named, per_source), present, relations, speaker)
     meta = {r.candidate.id: (near, rec) for _, r, rec, near in scored}
     # The threshold applies to everything but memories inside a window the query named and
     # memories a source the caller added found (the newest, the states): those were asked for.
@@ -266,6 +268,19 @@ def rerank(
         return _set_aside(kept[:limit], window, preset, meta, expanded), before
     shown = window if first else None
     return [_label(r, preset, shown, *meta[r.candidate.id], expanded) for r in kept][:limit], before
+
+
+def _whose(
+    scored: list[tuple[bool, ScoredResult, float, float]],
+    present: bool,
+    relations: tuple[str, ...],
+    speaker: str | None,
+) -> list[tuple[bool, ScoredResult, float, float]]:
+    """In score order (window first): a question about now's newest fact first
+    (rank.latest), then the side of the chat asked for (_by_the_speaker: a newer thank-you of
+    the user's that restates the assistant's number does not take the number's place)."""
+    scored = sorted(scored, key=lambda x: (x[0], x[1].score), reverse=True)
+    return _by_the_speaker(latest_first(scored, relations) if present else scored, speaker)
 
 
 def _set_aside(
@@ -367,6 +382,32 @@ def _about_the_people(
             signals = {**r.signals, "unnamed": UNNAMED_SHARE}
             r = replace(r, score=r.score * UNNAMED_SHARE, signals=signals)
         out.append((inside, r, rec, near))
+    return out
+
+
+# In a chat between a user and an assistant, a turn of the other side than the question asks
+# for (retrieval.analysis.speaker) keeps this share of its score: the assistant's answer that
+# repeats the user's words is not where the user's fact is, and the user's question is not
+# what the assistant said. It stays a result, below the turns of the side asked for.
+OTHER_SPEAKER_SHARE = 0.5
+
+
+def _by_the_speaker(
+    scored: list[tuple[bool, ScoredResult, float, float]], speaker: str | None
+) -> list[tuple[bool, ScoredResult, float, float]]:
+    """Scores of turns whose own label names the other speaker than `speaker` multiplied by
+    OTHER_SPEAKER_SHARE (said in their reasons; memories with no label keep theirs), in the
+    order of the scores, window first."""
+    if speaker is None:
+        return scored
+    out = []
+    for inside, r, rec, near in scored:
+        said_by = turn_speaker(r.candidate.content)
+        if said_by is not None and said_by != speaker:
+            signals = {**r.signals, "other_speaker": OTHER_SPEAKER_SHARE}
+            r = replace(r, score=r.score * OTHER_SPEAKER_SHARE, signals=signals)
+        out.append((inside, r, rec, near))
+    out.sort(key=lambda x: (x[0], x[1].score), reverse=True)
     return out
 
 

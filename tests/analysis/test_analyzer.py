@@ -38,6 +38,20 @@ def test_spec_time_range_example(analyzer):
     assert select_strategy(intent) == Strategy.TEMPORAL
 
 
+def test_a_time_ahead_in_a_request_for_suggestions_is_no_window(analyzer):
+    """ "Free time tonight, any recommendations?" asks for memories of the asker's tastes, made
+    any day; "what did I watch tonight?" asks for tonight's. Neither keeps "tonight" as a word
+    to search."""
+    ahead = analyzer.analyze(
+        "I've got some free time tonight, any documentary recommendations?", NOW
+    )
+    assert ahead.time_range is None and ahead.query_type != QueryType.TEMPORAL
+    assert "tonight" not in ahead.keywords and ahead.speaker == "user"
+    past = analyzer.analyze("What documentary did I watch tonight?", NOW)
+    assert past.time_range is not None and past.time_range.relative == "today"
+    assert select_strategy(past) == Strategy.TEMPORAL
+
+
 def test_keywords_are_content_words_without_particles_or_time_words(analyzer):
     intent = analyzer.analyze("先週話したIntentの内容", NOW)
     assert "intent" in intent.keywords and "内容" in intent.keywords and "話す" in intent.keywords

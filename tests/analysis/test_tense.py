@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retrieval.analysis import tense
-from retrieval.analysis.tense import asks_about_now, relations_in
+from retrieval.analysis.tense import asks_about_now, plans_ahead, relations_in
 
 
 @pytest.mark.parametrize(
@@ -91,3 +91,22 @@ _WORDS = [w for _, en in tense._RELATIONS.values() for w in en.split()]
 def test_the_one_pass_over_words_agrees_with_the_patterns(parts):
     text = "".join(parts)
     assert relations_in(text) == _by_the_patterns(text)
+
+
+@pytest.mark.parametrize(
+    ("question", "ahead"),
+    [
+        ("I've got some free time tonight, any documentary recommendations?", True),
+        ("Any ideas for dinner tomorrow?", True),
+        ("今夜ひまなんだけど、おすすめの映画ある？", True),
+        # something past names memories; no suggestion asked, no plan
+        ("I watched a film today, any similar recommendations?", False),
+        ("What did I cook tonight? Any tips to improve it?", False),
+        ("What were my ideas last week?", False),
+        ("今日観た映画に似たおすすめは？", False),
+        ("今日の予定", False),
+        ("What do I have on tonight?", False),
+    ],
+)
+def test_a_suggestion_for_the_time_ahead(nlp, question, ahead):
+    assert plans_ahead(question, nlp.tokens(question)) is ahead

@@ -261,3 +261,37 @@ def test_no_cache_entry_serves_two_memories_of_the_same_text():
     misses = rr._NGRAMS.misses
     assert rr.char_bigrams(short, 101) == rr.char_bigrams(short, 202)
     assert rr._NGRAMS.misses - misses == 2
+
+
+def test_the_other_side_of_a_chat_keeps_a_share():
+    """A question about the asker's own life: the assistant's answer that repeats it (found
+    by more legs, scored higher) goes below the user's own turn, said in its reason; a memory
+    with no speaker's label is not moved. A question about what the assistant said: the
+    other way round. A question of neither kind moves nothing."""
+    turns = {
+        1: "assistant: Turbinado sugar is a great choice for your cookies!",
+        2: "user: I've been experimenting with turbinado sugar in my baking.",
+        3: "a note with no label about sugar",
+        4: "the weakest, dropped by the threshold",
+    }
+    per = {
+        Source.VECTOR: [
+            cand(i, s, Source.VECTOR, content=turns[i])
+            for i, s in ((1, 0.9), (2, 0.8), (3, 0.75), (4, 0.1))
+        ],
+    }
+
+    def order(speaker):
+        res, _ = rerank(per, HYBRID, now=NOW, limit=10, speaker=speaker)
+        return [r.candidate.id for r in res], res
+
+    ids, res = order("user")
+    assert ids.index(2) < ids.index(1)
+    moved = next(r for r in res if r.candidate.id == 1)
+    assert (
+        moved.signals["other_speaker"] == 0.5 and "other side of the chat (x0.50)" in moved.reason
+    )
+    assert "other_speaker" not in next(r for r in res if r.candidate.id == 3).signals
+    ids, res = order("assistant")
+    assert ids[0] == 1 and ids.index(3) < ids.index(2)
+    assert order(None)[0][:3] == [1, 2, 3]
