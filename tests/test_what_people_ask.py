@@ -1,6 +1,8 @@
 """What people ask, end to end over HTTP on the real database: a window open on one side, a
 name written in another script, the latest fact of a question about now, and scores that say
-what the list's order says."""
+what the list's order says; and the side of a chat a question asks for."""
+
+import pytest
 
 MEMORIES = [
     (
@@ -78,3 +80,64 @@ async def test_what_people_ask(client, ns):
     assert ids[0] == "trip-sep" and ids.index("trip-jul") > 0
     july = next(x for x in got["results"] if x["id"] == "trip-jul")
     assert july["relevance"] == "outside_window"
+
+
+CHAT = [
+    ("c1", "user", "My cookies need something more, so I've been trying turbinado sugar in them."),
+    (
+        "c2",
+        "assistant",
+        "Turbinado sugar is a great choice! For chocolate chip cookies that need something "
+        "extra, pair it with brown butter, flaky salt or a little espresso powder.",
+    ),
+    ("c3", "user", "Can you find me the phone number of the Speyer tourism board?"),
+    (
+        "c4",
+        "assistant",
+        "The Speyer tourism board's phone number is +49 6232 142392, as I found for you.",
+    ),
+]
+
+
+async def test_the_side_of_the_chat_asked_for(client, ns):
+    """A chat stored turn by turn, once with each turn's role in its metadata and once without:
+    a question about the asker's own life halves the assistant's turns' scores (and says so),
+    one about what the assistant said the user's; the other side's turns, and every turn where
+    no role is known, keep theirs. The intent says which side it read."""
+    for space, roles in ((ns, True), (ns + "-plain", False)):
+        r = await client.post(
+            "/v1/memories",
+            json={
+                "namespace": space,
+                "memories": [
+                    {
+                        "id": i,
+                        "content": c,
+                        "metadata": {"role": role} if roles else {},
+                        "created_at": f"2026-11-0{n + 1}T12:00:00+09:00",
+                    }
+                    for n, (i, role, c) in enumerate(CHAT)
+                ],
+            },
+        )
+        assert r.status_code == 200, r.text
+
+    async def scores(space, query):
+        body = await _ask(client, space, query)
+        return body, {x["id"]: x for x in body["results"]}
+
+    question = "My chocolate chip cookies need something extra, any advice?"
+    body, got = await scores(ns, question)
+    _, plain = await scores(ns + "-plain", question)
+    assert body["metadata"]["query_intent"]["speaker"] == "user"
+    assert got["c2"]["score"] == pytest.approx(plain["c2"]["score"] * 0.5, rel=1e-3)
+    assert got["c1"]["score"] == pytest.approx(plain["c1"]["score"], rel=1e-3)
+    assert "said by the other side of the chat (x0.50)" in got["c2"]["reason"]
+    assert "other side" not in plain["c2"]["reason"]
+    question = "What was the phone number you found for the tourism board?"
+    body, got = await scores(ns, question)
+    _, plain = await scores(ns + "-plain", question)
+    assert body["metadata"]["query_intent"]["speaker"] == "assistant"
+    assert body["results"][0]["id"] == "c4"
+    assert got["c4"]["score"] == pytest.approx(plain["c4"]["score"], rel=1e-3)
+    assert got["c3"]["score"] == pytest.approx(plain["c3"]["score"] * 0.5, rel=1e-3)

@@ -17,14 +17,17 @@ Decided from the words, not a model:
 - neither (None): everything else. "Do you think it might be my living room?" asks for an
   opinion now, not for words said before: it is the user's.
 
-A memory's speaker is its turn's own label ("user: …", "assistant: …"; ユーザー, アシスタント), as
-a chat is stored turn by turn (`turn_speaker`); a memory without one has none, and no question
-moves it.
+A memory's speaker is its metadata's `role` ("user", "assistant": the roles of a request's
+`recent_conversation`), or else its turn's own label ("user: …", "assistant: …"; ユーザー,
+アシスタント), as a chat is stored turn by turn (`turn_speaker`); a memory with neither has none,
+and no question moves it.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 USER = "user"
 ASSISTANT = "assistant"
@@ -61,7 +64,11 @@ def asked_speaker(text: str) -> str | None:
     return None
 
 
-def turn_speaker(content: str) -> str | None:
-    """The speaker a memory's text names at its start ("assistant: …" -> ASSISTANT), or None."""
+def turn_speaker(content: str, metadata: Mapping[str, Any] | None = None) -> str | None:
+    """A memory's speaker: its metadata's role, else the one its text names at its start
+    ("assistant: …" -> ASSISTANT), or None."""
+    role = (metadata or {}).get("role")
+    if isinstance(role, str) and role.lower() in (USER, ASSISTANT):
+        return role.lower()
     m = _TURN_LABEL.match(content)
     return _LABELS[m.group(1).lower()] if m else None

@@ -395,14 +395,14 @@ OTHER_SPEAKER_SHARE = 0.5
 def _by_the_speaker(
     scored: list[tuple[bool, ScoredResult, float, float]], speaker: str | None
 ) -> list[tuple[bool, ScoredResult, float, float]]:
-    """Scores of turns whose own label names the other speaker than `speaker` multiplied by
+    """Scores of turns of the other speaker than `speaker` (by their role or label) multiplied by
     OTHER_SPEAKER_SHARE (said in their reasons; memories with no label keep theirs), in the
     order of the scores, window first."""
     if speaker is None:
         return scored
     out = []
     for inside, r, rec, near in scored:
-        said_by = turn_speaker(r.candidate.content)
+        said_by = turn_speaker(r.candidate.content, r.candidate.metadata)
         if said_by is not None and said_by != speaker:
             signals = {**r.signals, "other_speaker": OTHER_SPEAKER_SHARE}
             r = replace(r, score=r.score * OTHER_SPEAKER_SHARE, signals=signals)

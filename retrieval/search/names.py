@@ -22,8 +22,8 @@ def _trigram_sql(n: int) -> str:
     # planned as a scan of the namespace: ILIKE on long Japanese text costs ~10 us a row, which
     # the planner does not know (715 ms on the 13.4k JSQuAD passages; this: 13 ms). Scoring is
     # containment only: word_similarity() on every match cost seconds on common names. Each
-    # branch is confined to the namespace, so another tenant's rows are never joined (their
-    # cost still shows in the shared index's bitmap, which holds every namespace).
+    # branch is confined to the namespace, and so is the index (namespace, content: migration
+    # 0016), so another tenant's rows are never read, joined or matched against the pattern.
     # The last branch looks the names' script-neutral keys up in the postings ($9 keys, $10 the
     # name each belongs to, $11 its weight). A memory scores the sum over names of the best
     # weight it matched of each.

@@ -47,3 +47,11 @@ def test_whose_turns_answer_a_question(question, speaker):
 )
 def test_a_turns_speaker_is_its_own_label(content, speaker):
     assert turn_speaker(content) == speaker
+
+
+def test_a_turns_role_in_its_metadata_comes_first():
+    assert turn_speaker("Turbinado sugar is a great choice!", {"role": "assistant"}) == ASSISTANT
+    assert turn_speaker("assistant: quoted", {"role": "User"}) == USER
+    # any other role or value is no speaker's: the label decides
+    assert turn_speaker("user: hi", {"role": "system"}) == USER
+    assert turn_speaker("hi", {"role": 3}) is None and turn_speaker("hi", {}) is None

@@ -204,3 +204,15 @@ def test_a_folder_without_migrations_is_an_error_not_an_empty_schema(tmp_path, m
     monkeypatch.setenv("RETRIEVAL_MIGRATIONS_DIR", str(tmp_path))
     with pytest.raises(FileNotFoundError, match="RETRIEVAL_MIGRATIONS_DIR"):
         migrations.load_migrations()
+
+
+async def test_the_trigram_index_holds_the_namespace(rt):
+    """Migration 0016: the names leg's index is by namespace and content, so that a lookup reads
+    only its own namespace's matches, never another tenant's (the planner may still prefer the
+    namespace's own btree for a small namespace)."""
+    async with rt.pool.acquire() as conn:
+        index = await conn.fetchval(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'idx_memories_content_trgm'"
+        )
+        assert await conn.fetchval("SELECT count(*) FROM pg_extension WHERE extname = 'btree_gin'")
+    assert index.endswith("USING gin (namespace, content gin_trgm_ops)")
