@@ -111,8 +111,8 @@ class QueryAnalyzer:
         body = strip_spans(text, relative) if relative else text
         toks = self.nlp.tokens(body)
         window = tp.range
-        if window is not None and (window.end is None or window.end > now):
-            window = None if plans_ahead(body, toks) else window
+        if window is not None and _from_today(window, now, zone) and plans_ahead(body, toks):
+            window = None  # "free time tonight, any recommendations?": a plan, not a window
         qtype = classify(text, self.dictionary, has_time=window is not None)
         # Honorifics written in Latin letters (Tanaka-san, Kuroda-sensei) are no keywords.
         keywords = _unique([t for t in terms_from_tokens(toks) if t not in LATIN_TITLES])
@@ -149,6 +149,13 @@ class QueryAnalyzer:
             asks=asked_kind(body, toks, focus.term if focus else None),
             speaker=asked_speaker(body),
         )
+
+
+def _from_today(window: TimeRange, now: datetime, zone: ZoneInfo) -> bool:
+    """A window that begins today or later (tonight, tomorrow, next week), not one that began
+    before (this week, 9月以降)."""
+    today = now.astimezone(zone).replace(hour=0, minute=0, second=0, microsecond=0)
+    return window.start is not None and window.start >= today
 
 
 def _past(window: TimeRange | None) -> bool:
