@@ -20,7 +20,7 @@ from retrieval.analysis.nlp import (
     question_focus,
     terms_from_tokens,
 )
-from retrieval.analysis.speaker import asked_speaker
+from retrieval.analysis.speaker import ASSISTANT, asked_speaker
 from retrieval.analysis.tense import asks_about_now, plans_ahead, relations_in
 from retrieval.analysis.timeexpr import parse_time, strip_spans
 from retrieval.models import Entity, QueryIntent, QueryType, TimeRange
@@ -127,6 +127,7 @@ class QueryAnalyzer:
                 if m.group(0).lower() not in STOP_WORDS
             ]
         )
+        speaker = asked_speaker(body)
         importance = 0.5 + 0.1 * min(len(entities), 2) + (0.1 if window else 0.0)
         if any(w in text for w in self.dictionary.importance):
             importance += 0.2
@@ -144,10 +145,11 @@ class QueryAnalyzer:
             focus=focus.word if focus else None,
             focus_term=focus.term if focus else None,
             names=tuple(query_names(toks)),
-            present=asks_about_now(body, toks, past_window=_past(window)),
+            # What the assistant said is a past conversation's, not the latest fact.
+            present=speaker != ASSISTANT and asks_about_now(body, toks, past_window=_past(window)),
             relations=tuple(sorted(relations_in(body))),
             asks=asked_kind(body, toks, focus.term if focus else None),
-            speaker=asked_speaker(body),
+            speaker=speaker,
         )
 
 

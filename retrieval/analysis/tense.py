@@ -35,7 +35,7 @@ _EN_NOW = re.compile(
 )
 _EN_PAST = re.compile(
     r"\b(?:was|were|did|had|used to|ago|last|previous(?:ly)?|former(?:ly)?|first|"
-    r"originally|before|back then|once|then)\b",
+    r"originally|before|earlier|back then|once|then)\b",
     re.IGNORECASE,
 )
 # "'s" is "is" after a question word or a pronoun (what's, it's); after a noun it is a

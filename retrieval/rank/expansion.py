@@ -10,6 +10,7 @@ from retrieval.analysis.strategy import Preset
 from retrieval.models import ANSWERS_QUESTION, EXPANSION_SOURCES, Candidate, Fused, Hop, Source
 from retrieval.rank.fusion import fuse_first_wave
 from retrieval.rank.lexical import blend_lex, highlights, lex_inputs, lex_signal
+from retrieval.rank.speaker import speaker_share
 
 # How much of a memory's own fused score still counts when a chain stands for it.
 OWN_SHARE = 0.25
@@ -134,11 +135,13 @@ def choose_seeds(
     preset: Preset,
     given: tuple[str, ...] = (),
     query: str = "",
+    speaker: str | None = None,
 ) -> tuple[tuple[str, float], ...]:
     """The first wave's best `expand_seeds` candidates, scored as the reranker scores them
     (fused, then the character n-gram signal on the best `rerank_top`, a long memory's on its
-    highlight as far as the first wave can tell) and scaled so the best is 1; after the
-    memories the caller named (the conversation's own memories), which count as 1."""
+    highlight as far as the first wave can tell, then the side of the chat asked for) and
+    scaled so the best is 1; after the memories the caller named (the conversation's own
+    memories), which count as 1."""
     fused = sorted(
         fuse_first_wave(per_source, preset).values(), key=lambda f: f.score, reverse=True
     )
@@ -149,7 +152,10 @@ def choose_seeds(
         if preset.lex_weight > 0
         else {}
     )
-    scored = [(c, blend_lex(s, lex[c.id], preset) if lex else s) for c, s in top]
+    scored = [
+        (c, (blend_lex(s, lex[c.id], preset) if lex else s) * speaker_share(c, speaker))
+        for c, s in top
+    ]
     best = sorted(scored, key=lambda x: x[1], reverse=True)[: preset.expand_seeds]
     high = best[0][1] if best and best[0][1] > 0 else 1.0
     seeds = {x: 1.0 for x in given}

@@ -11,7 +11,6 @@ from datetime import datetime
 
 import numpy as np
 
-from retrieval.analysis.speaker import turn_speaker
 from retrieval.analysis.strategy import Preset
 from retrieval.embedding.base import normalise
 from retrieval.models import (
@@ -36,6 +35,7 @@ from retrieval.rank.lexical import (
     lex_inputs,
     lex_signal,
 )
+from retrieval.rank.speaker import speaker_share
 from retrieval.rank.window import NEAR_WINDOW_FLOOR, near_window, recency_factor, window_misread
 
 _SCORE_NAMES = {
@@ -385,27 +385,20 @@ def _about_the_people(
     return out
 
 
-# In a chat between a user and an assistant, a turn of the other side than the question asks
-# for (retrieval.analysis.speaker) keeps this share of its score: the assistant's answer that
-# repeats the user's words is not where the user's fact is, and the user's question is not
-# what the assistant said. It stays a result, below the turns of the side asked for.
-OTHER_SPEAKER_SHARE = 0.5
-
-
 def _by_the_speaker(
     scored: list[tuple[bool, ScoredResult, float, float]], speaker: str | None
 ) -> list[tuple[bool, ScoredResult, float, float]]:
     """Scores of turns of the other speaker than `speaker` (by their role or label) multiplied by
-    OTHER_SPEAKER_SHARE (said in their reasons; memories with no label keep theirs), in the
-    order of the scores, window first."""
+    rank.speaker.OTHER_SPEAKER_SHARE (said in their reasons; memories with no label keep
+    theirs), in the order of the scores, window first."""
     if speaker is None:
         return scored
     out = []
     for inside, r, rec, near in scored:
-        said_by = turn_speaker(r.candidate.content, r.candidate.metadata)
-        if said_by is not None and said_by != speaker:
-            signals = {**r.signals, "other_speaker": OTHER_SPEAKER_SHARE}
-            r = replace(r, score=r.score * OTHER_SPEAKER_SHARE, signals=signals)
+        share = speaker_share(r.candidate, speaker)
+        if share < 1.0:
+            signals = {**r.signals, "other_speaker": share}
+            r = replace(r, score=r.score * share, signals=signals)
         out.append((inside, r, rec, near))
     out.sort(key=lambda x: (x[0], x[1].score), reverse=True)
     return out

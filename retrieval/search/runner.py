@@ -45,7 +45,7 @@ CONTEXT = "context"
 
 # The first wave's candidates -> the seeds the hops start from (retrieval.rank.expansion).
 SeedChooser = Callable[
-    [Mapping[Source, list[Candidate]], Preset, tuple[str, ...], str],
+    [Mapping[Source, list[Candidate]], Preset, tuple[str, ...], str, str | None],
     tuple[tuple[str, float], ...],
 ]
 
@@ -114,7 +114,7 @@ class LegRunner:
                 t_exp = time.perf_counter()
                 # Off the event loop: the n-gram signal is CPU work (as in the reranker).
                 seeds = await asyncio.to_thread(
-                    choose_seeds, found, preset, named_seeds, run.intent.query
+                    choose_seeds, found, preset, named_seeds, run.intent.query, run.intent.speaker
                 )
                 given = Given(seeds=seeds, long_seeds=_long(found, {x for x, _ in seeds}))
                 more = {

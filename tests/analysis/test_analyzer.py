@@ -56,6 +56,15 @@ def test_a_time_ahead_in_a_request_for_suggestions_is_no_window(analyzer):
         assert analyzer.analyze(began, NOW).time_range is not None, began
 
 
+def test_what_the_assistant_said_is_no_question_about_now(analyzer):
+    """ "What's the phone number you provided me?" is present tense about a past conversation:
+    the newest turn that mentions the number does not take its place."""
+    said = analyzer.analyze("What's the phone number of the board that you provided me?", NOW)
+    assert said.speaker == "assistant" and not said.present
+    mine = analyzer.analyze("What's my phone number?", NOW)
+    assert mine.speaker == "user" and mine.present
+
+
 def test_keywords_are_content_words_without_particles_or_time_words(analyzer):
     intent = analyzer.analyze("先週話したIntentの内容", NOW)
     assert "intent" in intent.keywords and "内容" in intent.keywords and "話す" in intent.keywords

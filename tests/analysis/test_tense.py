@@ -22,6 +22,7 @@ from retrieval.analysis.tense import asks_about_now, plans_ahead, relations_in
         # the past, or someone else's present, is not asked about now
         ("Where did I live in 2023?", False),
         ("What was my first job?", False),
+        ("What's the plan I mentioned earlier?", False),
         ("What is Caroline's identity?", False),
         ("大阪に住んでいた頃の家は？", False),
         ("ジョンが飼い始めた犬の名前は？", False),

@@ -494,3 +494,21 @@ async def test_the_entity_source_does_not_start_from_a_long_memory(rt, ns):
     got = await entity(run, replace(given, seeds=(("long", 1.0), ("short", 0.8))))
     assert [c.external_id for c in got] == ["via-short"]
     assert {c.hop.seed for c in got} == {"short"}
+
+
+def test_seeds_are_scored_with_the_side_of_the_chat():
+    """Seeds are scored as the reranker scores them, the side of the chat included: for a
+    question about the asker's own life the assistant's answer that matched best seeds at half
+    its score (so its hops pass on half as much), the user's own turn at its own."""
+    from retrieval.rank.expansion import choose_seeds
+
+    turns = [
+        cand(1, 0.9, Source.KEYWORD, content="assistant: turbinado sugar in cookies"),
+        cand(2, 0.6, Source.KEYWORD, content="user: I tried turbinado sugar"),
+        cand(3, 0.1, Source.KEYWORD, content="user: something else"),
+    ]
+    preset = replace(HYBRID, lex_weight=0.0)
+    plain = dict(choose_seeds({Source.KEYWORD: turns}, preset, (), "cookies"))
+    asked = dict(choose_seeds({Source.KEYWORD: turns}, preset, (), "cookies", "user"))
+    assert plain["m1"] == 1.0 > plain["m2"]
+    assert asked["m2"] == 1.0 > asked["m1"]
