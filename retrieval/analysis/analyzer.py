@@ -156,7 +156,8 @@ class QueryAnalyzer:
 def _from_today(window: TimeRange, now: datetime, zone: ZoneInfo) -> bool:
     """A window that begins today or later (tonight, tomorrow, next week), not one that began
     before (this week, 9月以降)."""
-    today = now.astimezone(zone).replace(hour=0, minute=0, second=0, microsecond=0)
+    local = now.replace(tzinfo=zone) if now.tzinfo is None else now.astimezone(zone)
+    today = local.replace(hour=0, minute=0, second=0, microsecond=0)
     return window.start is not None and window.start >= today
 
 

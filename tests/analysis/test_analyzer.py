@@ -51,6 +51,9 @@ def test_a_time_ahead_in_a_request_for_suggestions_is_no_window(analyzer):
     assert past.time_range is not None and past.time_range.relative == "today"
     assert select_strategy(past) == Strategy.TEMPORAL
     assert analyzer.analyze("明日のおすすめの服装は？", NOW).time_range is None
+    # a naive now is read in the analyzer's zone, as the time words are
+    naive = NOW.replace(tzinfo=None)
+    assert analyzer.analyze("Any ideas for tonight?", naive).time_range is None
     # A window that began before today holds memories, whatever the question asks for.
     for began in ("9月以降の旅行でおすすめの場所は？", "Any ideas from this week?"):
         assert analyzer.analyze(began, NOW).time_range is not None, began
