@@ -11,7 +11,8 @@ chat about the campaign", 前に教えてくれた店) is answered by the assist
 Decided from the words, not a model:
 - the assistant's: "you" with a verb of telling in the past (you told / said / mentioned /
   recommended / suggested / provided / gave / shared / listed / explained / wrote), "our
-  previous conversation", "what we discussed"; in Japanese 教えてくれた, 勧めてくれた,
+  previous conversation", "what we discussed" in a question put to the assistant ("can you
+  remind me …"; "my wife and I … when we talked" is the user's); in Japanese 教えてくれた, 勧めてくれた,
   あなたが…言った, 前の会話;
 - the user's: otherwise, a question in the first person (I, my, me; 私, 僕, 俺, 自分);
 - neither (None): everything else. "Do you think it might be my living room?" asks for an
@@ -38,14 +39,18 @@ _TELLING = (
 )
 _EN_ASSISTANT = re.compile(
     rf"\byou(?: had| have|'ve|'d)?(?: \w+ly)? (?:{_TELLING})\b"
-    r"|\bour (?:\w+ )?(?:conversation|chat|discussion|exchange)s?\b"
-    r"|\b(?:we|you and I) (?:discussed|talked|chatted|spoke)\b",
+    r"|\bour (?:\w+ )?(?:conversation|chat|discussion|exchange)s?\b",
     re.IGNORECASE,
 )
+# "what we discussed" is the assistant's only in a question put to it ("can you remind me what we
+# discussed"); "when my wife and I … we talked about moving" is not.
+_EN_WE_TALKED = re.compile(r"\b(?:we|you and I) (?:discussed|talked|chatted|spoke)\b", re.I)
+_EN_YOU = re.compile(r"\byou\b", re.IGNORECASE)
 _JA_ASSISTANT = re.compile(
     r"(?:教え|勧め|すすめ|薦め|提案し|言っ|話し|挙げ|書い|紹介し|説明し)て(?:くれ|もらっ)た"
     r"|あなた(?:が|は).{0,20}(?:言|教|勧|提案|話|挙げ|書)"
-    r"|(?:前|以前|この前|さっき|先日)の(?:会話|やりとり|やり取り|チャット|話)"
+    # 前の会話, not 先日の話 (a story told by anyone)
+    r"|(?:前|以前|この前|さっき|先日)の(?:会話|やりとり|やり取り|チャット)"
 )
 _EN_ME = re.compile(r"\b(?:i|my|me|mine|myself)\b|\bi'(?:m|ve|d|ll)\b", re.IGNORECASE)
 _JA_ME = re.compile(r"私|わたし|僕|ぼく|俺|自分")
@@ -58,6 +63,8 @@ _TURN_LABEL = re.compile(r"\s*(user|assistant|ユーザー|アシスタント)\s
 def asked_speaker(text: str) -> str | None:
     """Whose turns answer the question (USER, ASSISTANT or None: see the module's doc)."""
     if _EN_ASSISTANT.search(text) or _JA_ASSISTANT.search(text):
+        return ASSISTANT
+    if _EN_WE_TALKED.search(text) and _EN_YOU.search(text):
         return ASSISTANT
     if _EN_ME.search(text) or _JA_ME.search(text):
         return USER

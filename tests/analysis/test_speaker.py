@@ -21,7 +21,9 @@ from retrieval.analysis.speaker import ASSISTANT, USER, asked_speaker, turn_spea
         ("Do you think it might be my living room?", USER),
         ("I mentioned cooking something for my friend. What was it?", USER),
         ("What was my previous occupation?", USER),
+        ("What did my wife and I decide when we talked about moving?", USER),
         ("私が先月買った靴は？", USER),
+        ("先日の話で私が言った店は？", USER),
         # neither
         ("What is Caroline's identity?", None),
         ("ジョンが飼い始めた犬の名前は？", None),
