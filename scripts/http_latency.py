@@ -8,8 +8,9 @@ data directory `retrieval eval-suite` indexed the set into:
 
 Prints client-side p50/p95/p99, the server's own stages and each source's time, the ranking
 the answers give (MRR@10, R@10 and for a set of sessions session any@5, of the questions asked
-in their own namespace, as the harness scores them in-process), and with --slowest N the N
-slowest requests stage by stage. Each question is asked once per pass; a
+in their own namespace, as the harness scores them in-process; each request names the calendar
+the harness asks in, its date's zone), and with --slowest N the N slowest requests stage by
+stage. Each question is asked once per pass; a
 second pass (--repeat 2) shows what the query-embedding cache saves. A set indexed only in
 part (eval-suite --max-queries N) gives more distinct requests with `--max-queries N
 --every-namespace`: every question asked in each of those N haystacks.
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from retrieval.evaluation.data import EvalQuery, read_qrels, sessions_of
 from retrieval.evaluation.harness import (
+    clock_zone,
     corpus_namespace,
     read_queries,
     score,
@@ -96,6 +98,8 @@ def main() -> None:
                         "expand": not args.no_expand,
                         "context_window": args.context_window,
                         **({"now": q.now.isoformat()} if q.now else {}),
+                        # The calendar the harness asks in (the zone of the question's date).
+                        **({"timezone": zone} if (zone := clock_zone(q.now)) else {}),
                     },
                 }
                 t = time.perf_counter()
