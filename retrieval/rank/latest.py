@@ -30,8 +30,9 @@ from retrieval.analysis.nlp import STOP_WORDS, english_norms
 from retrieval.analysis.tense import relations_in
 from retrieval.cache import ByteLRU
 from retrieval.embedding.base import normalise
-from retrieval.models import ScoredResult, Source
+from retrieval.models import Source
 from retrieval.rank.lexical import LEX_MAX_CHARS
+from retrieval.rank.window import Scored, window_first
 
 # Two memories stating one thing are at least this close (multilingual-e5: a move to Osaka and
 # one to Kyoto 0.87; unrelated memories of a store 0.75-0.80 on average, some far closer).
@@ -49,7 +50,6 @@ RARE_DF = 3
 MAX_CHAIN = 4
 # The best results a chain may start from.
 SEEDS = 3
-Scored = tuple[bool, ScoredResult, float, float]
 
 
 def latest_first(scored: list[Scored], relations: Sequence[str]) -> list[Scored]:
@@ -85,8 +85,7 @@ def latest_first(scored: list[Scored], relations: Sequence[str]) -> list[Scored]
         taken.update(chain)
         if 1 < len(chain) <= MAX_CHAIN:
             out = _in_time_order(out, chain)
-    out.sort(key=lambda x: (x[0], x[1].score), reverse=True)
-    return out
+    return window_first(out)
 
 
 def _nearest_to_the_question(scored: list[Scored]) -> set[int]:

@@ -36,7 +36,14 @@ from retrieval.rank.lexical import (
     lex_signal,
 )
 from retrieval.rank.speaker import speaker_share
-from retrieval.rank.window import NEAR_WINDOW_FLOOR, near_window, recency_factor, window_misread
+from retrieval.rank.window import (
+    NEAR_WINDOW_FLOOR,
+    Scored,
+    near_window,
+    recency_factor,
+    window_first,
+    window_misread,
+)
 
 _SCORE_NAMES = {
     Source.VECTOR: "cos",
@@ -271,15 +278,12 @@ def rerank(
 
 
 def _whose(
-    scored: list[tuple[bool, ScoredResult, float, float]],
-    present: bool,
-    relations: tuple[str, ...],
-    speaker: str | None,
-) -> list[tuple[bool, ScoredResult, float, float]]:
+    scored: list[Scored], present: bool, relations: tuple[str, ...], speaker: str | None
+) -> list[Scored]:
     """In score order (window first): a question about now's newest fact first
     (rank.latest), then the side of the chat asked for (_by_the_speaker: a newer thank-you of
     the user's that restates the assistant's number does not take the number's place)."""
-    scored = sorted(scored, key=lambda x: (x[0], x[1].score), reverse=True)
+    scored = window_first(scored)
     return _by_the_speaker(latest_first(scored, relations) if present else scored, speaker)
 
 
@@ -385,9 +389,7 @@ def _about_the_people(
     return out
 
 
-def _by_the_speaker(
-    scored: list[tuple[bool, ScoredResult, float, float]], speaker: str | None
-) -> list[tuple[bool, ScoredResult, float, float]]:
+def _by_the_speaker(scored: list[Scored], speaker: str | None) -> list[Scored]:
     """Scores of turns of the other speaker than `speaker` (by their role or label) multiplied by
     rank.speaker.OTHER_SPEAKER_SHARE (said in their reasons; memories with no label keep
     theirs), in the order of the scores, window first."""
@@ -400,8 +402,7 @@ def _by_the_speaker(
             signals = {**r.signals, "other_speaker": share}
             r = replace(r, score=r.score * share, signals=signals)
         out.append((inside, r, rec, near))
-    out.sort(key=lambda x: (x[0], x[1].score), reverse=True)
-    return out
+    return window_first(out)
 
 
 # Below this score a result carries the lowest strength label (`low`), whatever found it.

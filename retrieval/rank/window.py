@@ -7,10 +7,20 @@ import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from retrieval.models import Candidate, Source, TimeRange
+from retrieval.models import Candidate, ScoredResult, Source, TimeRange
 
 # A memory at the far end of a fuzzy window's soft edge keeps this share of its score.
 NEAR_WINDOW_FLOOR = 0.5
+
+# A result as the reranker carries it between its steps: (inside the window, result, recency
+# factor, how far onto a fuzzy window's edge).
+Scored = tuple[bool, ScoredResult, float, float]
+
+
+def window_first(scored: list[Scored]) -> list[Scored]:
+    """The order each of the reranker's steps leaves its results in: every one inside the
+    window first, and by score within each side."""
+    return sorted(scored, key=lambda x: (x[0], x[1].score), reverse=True)
 
 
 def recency_factor(
