@@ -76,13 +76,14 @@ def main() -> None:
     s = next(x for x in DEV_SETS if x.name == args.set)
     ns = corpus_namespace(args.dir / s.corpus)
     queries = read_queries(args.dir / s.queries)
+    # Each question's own namespace: the answers scored are those asked there.
+    own = {q.id: q.namespace for q in queries}
     if args.max_queries:
         indexed = queries[: args.max_queries]
         if args.every_namespace:
             queries = [replace(q, namespace=x.namespace) for x in indexed for q in queries]
         else:
             queries = indexed
-    own = {q.id: q.namespace for q in read_queries(args.dir / s.queries)}
     with httpx.Client(base_url=args.url, timeout=30.0) as client:
         for n in range(args.repeat):
             client_ms: list[float] = []
@@ -106,9 +107,10 @@ def main() -> None:
                 r = client.post("/v1/retrieve", json=body)
                 client_ms.append((time.perf_counter() - t) * 1000.0)
                 r.raise_for_status()
+                answer = r.json()
                 if q.namespace == own.get(q.id):
-                    ranked[q.id] = [x["id"] for x in r.json()["results"]]
-                meta = r.json()["metadata"]
+                    ranked[q.id] = [x["id"] for x in answer["results"]]
+                meta = answer["metadata"]
                 stages["total (server)"].append(meta["total_latency_ms"])
                 for k, v in meta["stage_latency_ms"].items():
                     stages[k].append(v)
