@@ -73,11 +73,11 @@ def evaluate(data, qrels, preset_for, limit: int = 100) -> dict[str, float]:
 
 
 def grid(args: argparse.Namespace) -> None:
-    import retrieval.rank.rerank as rr
+    import retrieval.rank.lexical as lx
     from retrieval.cache import ByteLRU
 
-    # The grid reranks the same candidates thousands of times: hold every n-gram set.
-    rr._NGRAMS = ByteLRU(1 << 40, lambda _k, v: 200 + 110 * len(v))
+    # The grid reranks the same candidates thousands of times: hold every memory's n-grams.
+    lx._CODES = ByteLRU(1 << 40, lambda _k, v: 200 + (v.nbytes if hasattr(v, "nbytes") else 0))
     with open(args.cands, "rb") as fh:
         data = pickle.load(fh)
     qrels = read_qrels(args.qrels)

@@ -3,6 +3,7 @@
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
 
 from retrieval import metrics
@@ -25,9 +26,19 @@ def test_byte_lru_holds_at_most_its_budget():
 def test_ngram_and_embedding_caches_are_bounded_by_bytes(rt):
     from retrieval.rank import lexical
 
-    assert lexical._NGRAMS.max_bytes == lexical.NGRAM_CACHE_BYTES
-    lexical.doc_ngrams("長い" * 50_000, 2, 1)
-    assert lexical._NGRAMS.bytes <= lexical.NGRAM_CACHE_BYTES
+    assert lexical._CODES.max_bytes == lexical.NGRAM_CACHE_BYTES
+    assert lexical._BIGRAM_SETS.max_bytes == lexical.BIGRAM_SET_CACHE_BYTES
+
+    def text(seed: int, n: int) -> str:  # n kanji drawn at random: ~n distinct n-grams
+        rng = np.random.default_rng(seed)
+        return rng.integers(0x4E00, 0x9FFF, n).astype("<u4").tobytes().decode("utf-32-le")
+
+    asked = lexical.asked_grams(["長い"], 2)
+    for i in range(40):  # ~3 MB of codes, ~1.6 MB of bigram strings each
+        lexical.held_ngrams(text(i, 400_000), 2, i, ["長い"], asked)
+        lexical.char_bigrams(text(i, 15_000), i)
+    assert 0 < lexical._CODES.bytes <= lexical.NGRAM_CACHE_BYTES
+    assert 0 < lexical._BIGRAM_SETS.bytes <= lexical.BIGRAM_SET_CACHE_BYTES
     assert rt.orchestrator.embeddings.cache.max_bytes == rt.settings.embed_cache_bytes
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from retrieval.analysis.strategy import Preset
 from retrieval.models import ANSWERS_QUESTION, EXPANSION_SOURCES, Candidate, Fused, Hop, Source
 from retrieval.rank.fusion import fuse_first_wave
-from retrieval.rank.lexical import blend_lex, highlights, lex_inputs, lex_signal
+from retrieval.rank.lexical import blend_lex, lex_highlights, lex_inputs, lex_signal
 from retrieval.rank.speaker import speaker_share
 
 # How much of a memory's own fused score still counts when a chain stands for it.
@@ -148,7 +148,7 @@ def choose_seeds(
     top = [(f.candidate, f.score) for f in fused[: preset.rerank_top]]
     cands = [c for c, _ in top]
     lex = (
-        lex_signal(query, *lex_inputs(cands, highlights(query, cands, per_source)), preset)
+        lex_signal(query, *lex_inputs(cands, lex_highlights(query, cands, per_source)), preset)
         if preset.lex_weight > 0
         else {}
     )

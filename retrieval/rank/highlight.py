@@ -48,6 +48,9 @@ VECTOR_WEIGHT = 0.5
 
 # What clean() drops: anything but letters and digits (str.isalnum), "_" included.
 _NON_WORD = re.compile(r"[\W_]+")
+# The same for an ASCII text (NFKC leaves ASCII as it is): bytes.translate drops them some five
+# times faster than the pattern (a LongMemEval turn: 46 -> 10 us).
+_ASCII_NON_WORD = bytes(c for c in range(128) if not chr(c).isalnum())
 
 # The span indexes of the long memories seen lately: about 7 bytes a character of content (a
 # bigram code and the span holding it, 12 where a character lies beyond the BMP; the spans'
@@ -62,6 +65,8 @@ _SPAN_BITS = 17
 
 def clean(text: str) -> str:
     """The text as character n-grams read it: NFKC, lower case, letters and digits only."""
+    if text.isascii():
+        return text.encode().translate(None, _ASCII_NON_WORD).lower().decode()
     return _NON_WORD.sub("", unicodedata.normalize("NFKC", text).lower())
 
 

@@ -4,7 +4,9 @@ highlight), blended into the fused score; and the bigram sets the near-duplicate
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
+
+import numpy as np
 
 from retrieval.analysis.passages import SPLIT_ABOVE, Span
 from retrieval.analysis.strategy import Preset
@@ -23,18 +25,70 @@ def char_ngrams(text: str, n: int = 2) -> set[str]:
     return {t[i : i + n] for i in range(len(t) - n + 1)} if len(t) >= n else ({t} if t else set())
 
 
+# A memory's n-grams are kept as integers (CODE_BITS a character: every code point fits), sorted,
+# each once: 8 bytes an n-gram where a set of strings took ~110, so the cache holds some 14 times
+# as many memories, and made in less than half the time (texts of every dev set, cut at
+# LEX_MAX_CHARS: 94 us against 222, clean() included). The query's n-grams are looked up.
+CODE_BITS = 21
+# The longest n-gram a code holds (3 x 21 bits: an int64).
+MAX_CODED_N = 3
+
+
+def gram_codes(t: str, n: int) -> np.ndarray:
+    """The n-grams of a cleaned text (n <= MAX_CODED_N, len(t) >= n) as sorted int64 codes."""
+    cp = np.frombuffer(t.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+    m = len(cp) - n + 1
+    code = cp[:m].copy()
+    for i in range(1, n):
+        code = (code << CODE_BITS) | cp[i : i + m]
+    code.sort()
+    return code[np.diff(code, prepend=-1) != 0]  # np.unique, without its overhead
+
+
 # Candidates repeat across queries; a cache saves most of the n-gram work. It is bounded by
-# bytes (about 110 per n-gram: set slot and string object): one 100k-character memory alone
-# makes ~100k n-grams, ~11 MB. Keyed by the memory as well as the text: no entry serves two
-# tenants (one's timing would tell that the other holds the same text).
-NGRAM_CACHE_BYTES = 64 * 1024 * 1024
-_NGRAMS: ByteLRU[frozenset[str]] = ByteLRU(NGRAM_CACHE_BYTES, lambda _k, v: 200 + 110 * len(v))
+# bytes (48 MB: some 6 million n-grams; the near-duplicate test's bigram sets, ~110 bytes each,
+# have 16 MB of their own). Keyed by the memory as well as the text: no entry serves two tenants
+# (one's timing would tell that the other holds the same text).
+NGRAM_CACHE_BYTES = 48 * 1024 * 1024
+BIGRAM_SET_CACHE_BYTES = 16 * 1024 * 1024
+_CODES: ByteLRU[np.ndarray | frozenset[str]] = ByteLRU(
+    NGRAM_CACHE_BYTES,
+    lambda _k, v: 200 + (v.nbytes if isinstance(v, np.ndarray) else 110 * len(v)),
+)
+_BIGRAM_SETS: ByteLRU[frozenset[str]] = ByteLRU(
+    BIGRAM_SET_CACHE_BYTES, lambda _k, v: 200 + 110 * len(v)
+)
 
 
-def doc_ngrams(text: str, n: int, owner: Hashable) -> frozenset[str]:
-    """The character n-grams of a memory's text, cached under (owner, text, n): `owner` is the
-    memory (its id)."""
-    return _NGRAMS.get_or_compute((owner, text, n), lambda: frozenset(char_ngrams(text, n)))
+def asked_grams(grams: Collection[str], n: int) -> tuple[list[str], np.ndarray]:
+    """The query's n-grams to look up with held_ngrams(): those of length n, and their codes
+    (none past MAX_CODED_N: such n-grams are kept as sets)."""
+    asked = [g for g in grams if len(g) == n] if n <= MAX_CODED_N else []
+    codes = [sum(ord(ch) << (CODE_BITS * (n - 1 - i)) for i, ch in enumerate(g)) for g in asked]
+    return asked, np.array(codes, dtype=np.int64)
+
+
+def held_ngrams(
+    text: str, n: int, owner: Hashable, grams: Collection[str], asked: tuple[list[str], np.ndarray]
+) -> set[str]:
+    """Which of the query's n-grams `grams` a memory's text holds (char_ngrams(text, n) &
+    grams; `asked`: asked_grams(grams, n)); the memory's n-grams are cached under (owner,
+    text, n): `owner` is the memory (its id)."""
+
+    def make() -> np.ndarray | frozenset[str]:
+        t = clean(text)
+        return (
+            gram_codes(t, n) if n <= MAX_CODED_N and len(t) >= n else frozenset(char_ngrams(t, n))
+        )
+
+    got = _CODES.get_or_compute((owner, text, n), make)
+    if not isinstance(got, np.ndarray):
+        return set(got.intersection(grams))
+    words, q = asked
+    if not words or not len(got):
+        return set()
+    at = np.minimum(got.searchsorted(q), len(got) - 1)
+    return {words[i] for i in np.flatnonzero(got[at] == q)}
 
 
 def name_grams(query: str, names: Sequence[str], n: int, others: Sequence[str] = ()) -> set[str]:
@@ -89,8 +143,9 @@ def lexical_overlap(
     if not q or not docs:
         return {k: 0.0 for k in docs}
     pre = cleaned or {}
+    asked = asked_grams(q, n)
     grams = {
-        k: set(filter(pre[k].__contains__, q)) if k in pre else doc_ngrams(v, n, k) & q
+        k: set(filter(pre[k].__contains__, q)) if k in pre else held_ngrams(v, n, k, q, asked)
         for k, v in docs.items()
     }
     for k, his in (held or {}).items():
@@ -142,6 +197,16 @@ def highlights(
     return {c.id: span for c, span in zip(cands, spans, strict=True)}
 
 
+def lex_highlights(
+    query: str, cands: Sequence[Candidate], per_source: Mapping[Source, Sequence[Candidate]]
+) -> dict[int, tuple[Span, str]]:
+    """highlights() of the candidates the n-gram signal reads by their highlight (a memory with
+    passages: longer than SPLIT_ABOVE, lex_inputs). A shorter one is read whole, so its
+    highlight is made only if it is shown: a candidate's highlight is the same made alone
+    (each memory's spans are weighed among its own; the floor is every found passage's)."""
+    return highlights(query, [c for c in cands if len(c.content) > SPLIT_ABOVE], per_source)
+
+
 def lex_inputs(
     cands: Sequence[Candidate],
     spans: Mapping[int, tuple[Span, str]],
@@ -173,13 +238,13 @@ def blend_lex(score: float, lex: float, preset: Preset) -> float:
 
 def char_bigrams(text: str, owner: Hashable) -> frozenset[str]:
     """The character bigrams of a text without its white space, cached with the n-grams under
-    (owner, text): `owner` is the memory (its id), as in doc_ngrams()."""
+    (owner, text): `owner` is the memory (its id), as in held_ngrams()."""
 
     def make() -> frozenset[str]:
         t = "".join(text.split())
         return frozenset({t[i : i + 2] for i in range(len(t) - 1)} or {t})
 
-    return _NGRAMS.get_or_compute((owner, text, 0), make)
+    return _BIGRAM_SETS.get_or_compute((owner, text), make)
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:

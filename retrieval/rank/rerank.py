@@ -11,6 +11,7 @@ from datetime import datetime
 
 import numpy as np
 
+from retrieval.analysis.passages import Span
 from retrieval.analysis.strategy import Preset
 from retrieval.embedding.base import normalise
 from retrieval.models import (
@@ -32,6 +33,7 @@ from retrieval.rank.lexical import (
     char_bigrams,
     highlights,
     jaccard,
+    lex_highlights,
     lex_inputs,
     lex_signal,
 )
@@ -246,16 +248,13 @@ def rerank(
     before = len(ordered)
     top = admit(ordered, per_source, preset, max(preset.rerank_top, limit), expanded.answering)
     cands = [f.candidate for f in top]
-    spans = highlights(query, cands, per_source)
+    spans = lex_highlights(query, cands, per_source)
     named = {c.external_id: c.names for c in per_source.get(Source.TRIGRAM, ()) if c.names}
     # A name it holds in another script (Michael for マイケル) counts as held.
     held = {c.id: named[c.external_id] for c in cands if c.external_id in named}
     texts, cleaned = lex_inputs(cands, spans, expanded.chain_text)
     lex = lex_signal(query, texts, cleaned, preset, held, names)
     scored = [_score(f, per_source, preset, now, placed(f.candidate), lex) for f in top]
-    scored = [
-        (a, replace(r, highlight=spans[r.candidate.id][0].bounds), b, c) for a, r, b, c in scored
-    ]
     scored = _whose(_about_the_people(scored, named, per_source), present, relations, speaker)
     meta = {r.candidate.id: (near, rec) for _, r, rec, near in scored}
     # The threshold applies to everything but memories inside a window the query named and
@@ -271,10 +270,24 @@ def rerank(
     if diverse:
         kept = diversify(kept, diversify_by or "", per_bucket, limit)
     kept = _below_the_window(kept, {i for i, (near, _) in meta.items() if near >= 0})
+    kept = _highlighted(kept[:limit], spans, query, per_source)
     if misread and window is not None:
         return _set_aside(kept[:limit], window, preset, meta, expanded), before
     shown = window if first else None
     return [_label(r, preset, shown, *meta[r.candidate.id], expanded) for r in kept][:limit], before
+
+
+def _highlighted(
+    results: list[ScoredResult],
+    spans: Mapping[int, tuple[Span, str]],
+    query: str,
+    per_source: Mapping[Source, Sequence[Candidate]],
+) -> list[ScoredResult]:
+    """The results, each with its highlight: the n-gram signal's (`spans`), else made now
+    (only the results shown need one: lexical.lex_highlights)."""
+    missing = [r.candidate for r in results if r.candidate.id not in spans]
+    made = {**spans, **highlights(query, missing, per_source)} if missing else spans
+    return [replace(r, highlight=made[r.candidate.id][0].bounds) for r in results]
 
 
 def _whose(

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from retrieval.rank.lexical import lexical_overlap, name_grams
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from retrieval.rank.lexical import (
+    _CODES,
+    asked_grams,
+    char_ngrams,
+    held_ngrams,
+    lexical_overlap,
+    name_grams,
+)
 
 
 def test_a_name_held_in_another_script_holds_the_query_grams_that_touch_it():
@@ -32,3 +42,17 @@ def test_held_names_raise_only_the_memory_that_holds_them():
     # A memory holding another of the question's names gets nothing for this one.
     other = lexical_overlap(q, docs, 3, held={1: ["Tanaka"]}, names=["Michael", "Tanaka"])
     assert other[1] == plain[1]
+
+
+_WORDS = st.text(st.sampled_from("abcAB 1_-会議は水曜日𠮷ｱ"), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=_WORDS, query=_WORDS, n=st.integers(1, 4))
+def test_the_n_grams_a_memory_holds_are_the_sets_intersection(text, query, n):
+    # held_ngrams keeps a memory's n-grams as integer codes (a set past MAX_CODED_N, or for a
+    # text shorter than n); what it finds must be the plain set intersection.
+    q = char_ngrams(query, n) | char_ngrams(text[3:9], n)
+    _CODES._items.clear()  # made, then read from the cache: both the same
+    for _ in range(2):
+        assert held_ngrams(text, n, "m", q, asked_grams(q, n)) == char_ngrams(text, n) & q

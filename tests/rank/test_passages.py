@@ -1,6 +1,8 @@
 """Long memories (issue #25): passages on sentence boundaries, each with its own vector; a
 memory scored by its best passage; the highlight; the response budget."""
 
+import re
+import unicodedata
 from datetime import UTC, datetime
 
 import numpy as np
@@ -19,10 +21,11 @@ from retrieval.analysis.passages import (
     sentences,
     split_passages,
 )
+from retrieval.analysis.strategy import KEYWORD_BOOST
 from retrieval.embedding.texts import mean_direction
 from retrieval.ingest.items import parse_items
 from retrieval.ingest.write import embedding_load
-from retrieval.models import RetrievalOptions
+from retrieval.models import RetrievalOptions, Source
 from retrieval.rank.budget import fit
 from retrieval.rank.highlight import (
     bm25_idf,
@@ -32,8 +35,13 @@ from retrieval.rank.highlight import (
     span_index,
     weighted_coverage,
 )
+from retrieval.rank.lexical import highlights, lex_highlights
+from retrieval.rank.rerank import rerank
 from retrieval_client.models import HighlightOut, Relevance, ResultOut
+from tests.fakes import cand
 from tests.helpers import ingest_items
+
+NOW = datetime(2026, 11, 22, tzinfo=UTC)
 
 TOPICS = [
     "東大寺の大仏は奈良時代に聖武天皇の発願で造立された盧舎那仏で、高さは約15メートルある。",
@@ -192,6 +200,37 @@ def test_the_indexed_highlight_is_a_best_span_by_plain_substring_tests(
             continue
         assert oracle[span.bounds] == pytest.approx(max(oracle.values()), abs=1e-9)
         assert cleaned == clean(text[span.start : span.end])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(max_codepoint=0x7F)) | st.text())
+def test_clean_of_ascii_text_is_the_pattern_s_reading(text):
+    # clean() takes a faster path for ASCII text; it must read as NFKC + lower + the pattern.
+    assert clean(text) == re.sub(r"[\W_]+", "", unicodedata.normalize("NFKC", text).lower())
+
+
+def test_a_memory_read_whole_gets_its_highlight_only_when_shown_and_the_same_one():
+    # The n-gram signal reads a memory longer than SPLIT_ABOVE by its highlight, a shorter one
+    # whole: only the first kind's highlights are made before ranking (lex_highlights), and a
+    # shown result of the second kind gets the one highlights() makes for it alone.
+    mid = "\n\n".join(_paragraph(t, 4) for t in TOPICS[:5])
+    long = "\n\n".join(_paragraph(t) for t in TOPICS)
+    assert PASSAGE_MAX_CHARS < len(mid) <= SPLIT_ABOVE < len(long)
+    per_source = {
+        Source.KEYWORD: [
+            cand(1, 3.0, Source.KEYWORD, content=mid),
+            cand(2, 2.0, Source.KEYWORD, content=long),
+            cand(3, 1.0, Source.KEYWORD, content="富士山の標高。"),
+        ]
+    }
+    cands = per_source[Source.KEYWORD]
+    query = "富士山の標高は何メートル"
+    assert set(lex_highlights(query, cands, per_source)) == {2}
+    results, _ = rerank(per_source, KEYWORD_BOOST, now=NOW, query=query, limit=2)
+    alone = highlights(query, cands, per_source)
+    assert [r.candidate.id for r in results] == [1, 2]
+    assert all(r.highlight == alone[r.candidate.id][0].bounds for r in results)
+    assert results[0].highlight != (0, len(mid))  # a passage of it, not all of it
 
 
 def test_the_span_index_is_compact_and_batched_highlights_match_single_ones():

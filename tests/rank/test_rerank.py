@@ -254,13 +254,13 @@ def test_no_cache_entry_serves_two_memories_of_the_same_text():
     rr.highlights("会議は何曜日", [theirs], {Source.VECTOR: [theirs]})  # its own entry: a hit
     assert hl._INDEX.hits == hits + 1
     short = "会議は水曜日に移りました"
-    misses = rr._NGRAMS.misses
+    misses = rr._CODES.misses
     got = rr.lexical_overlap("会議は何曜日", {1: short, 2: short})
-    assert got[1] == got[2] > 0 and rr._NGRAMS.misses - misses == 2
+    assert got[1] == got[2] > 0 and rr._CODES.misses - misses == 2
     # The near-duplicate test's bigrams too (they were keyed by the text alone).
-    misses = rr._NGRAMS.misses
+    misses = rr._BIGRAM_SETS.misses
     assert rr.char_bigrams(short, 101) == rr.char_bigrams(short, 202)
-    assert rr._NGRAMS.misses - misses == 2
+    assert rr._BIGRAM_SETS.misses - misses == 2
 
 
 def test_the_other_side_of_a_chat_keeps_a_share():
