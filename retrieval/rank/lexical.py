@@ -237,8 +237,8 @@ def blend_lex(score: float, lex: float, preset: Preset) -> float:
 
 
 def char_bigrams(text: str, owner: Hashable) -> frozenset[str]:
-    """The character bigrams of a text without its white space, cached with the n-grams under
-    (owner, text): `owner` is the memory (its id), as in held_ngrams()."""
+    """The character bigrams of a text without its white space, cached (a cache of their own)
+    under (owner, text): `owner` is the memory (its id), as in held_ngrams()."""
 
     def make() -> frozenset[str]:
         t = "".join(text.split())
