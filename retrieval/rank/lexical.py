@@ -34,13 +34,24 @@ CODE_BITS = 21
 MAX_CODED_N = 3
 
 
+def _code_points(t: str) -> np.ndarray:
+    return np.frombuffer(t.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+
+
+def _coded(chars: list[np.ndarray]) -> np.ndarray:
+    """The codes of n-grams given as their characters' code points, one array per place in
+    the n-gram (the first character's, the second's, ...)."""
+    code = chars[0].copy()
+    for c in chars[1:]:
+        code = (code << CODE_BITS) | c
+    return code
+
+
 def gram_codes(t: str, n: int) -> np.ndarray:
     """The n-grams of a cleaned text (n <= MAX_CODED_N, len(t) >= n) as sorted int64 codes."""
-    cp = np.frombuffer(t.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+    cp = _code_points(t)
     m = len(cp) - n + 1
-    code = cp[:m].copy()
-    for i in range(1, n):
-        code = (code << CODE_BITS) | cp[i : i + m]
+    code = _coded([cp[i : i + m] for i in range(n)])
     code.sort()
     return code[np.diff(code, prepend=-1) != 0]  # np.unique, without its overhead
 
@@ -64,8 +75,8 @@ def asked_grams(grams: Collection[str], n: int) -> tuple[list[str], np.ndarray]:
     """The query's n-grams to look up with held_ngrams(): those of length n, and their codes
     (none past MAX_CODED_N: such n-grams are kept as sets)."""
     asked = [g for g in grams if len(g) == n] if n <= MAX_CODED_N else []
-    codes = [sum(ord(ch) << (CODE_BITS * (n - 1 - i)) for i, ch in enumerate(g)) for g in asked]
-    return asked, np.array(codes, dtype=np.int64)
+    cp = _code_points("".join(asked)).reshape(len(asked), n)
+    return asked, _coded([cp[:, i] for i in range(n)])
 
 
 def held_ngrams(
