@@ -270,11 +270,11 @@ def rerank(
     if diverse:
         kept = diversify(kept, diversify_by or "", per_bucket, limit)
     kept = _below_the_window(kept, {i for i, (near, _) in meta.items() if near >= 0})
-    kept = _highlighted(kept[:limit], spans, query, per_source)
+    results = _highlighted(kept[:limit], spans, query, per_source)
     if misread and window is not None:
-        return _set_aside(kept[:limit], window, preset, meta, expanded), before
+        return _set_aside(results, window, preset, meta, expanded), before
     shown = window if first else None
-    return [_label(r, preset, shown, *meta[r.candidate.id], expanded) for r in kept][:limit], before
+    return [_label(r, preset, shown, *meta[r.candidate.id], expanded) for r in results], before
 
 
 def _highlighted(
