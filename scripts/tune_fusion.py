@@ -77,7 +77,7 @@ def grid(args: argparse.Namespace) -> None:
     from retrieval.cache import ByteLRU
 
     # The grid reranks the same candidates thousands of times: hold every memory's n-grams.
-    lx._CODES = ByteLRU(1 << 40, lambda _k, v: 200 + (v.nbytes if hasattr(v, "nbytes") else 0))
+    lx._CODES = ByteLRU(1 << 40, lx.held_bytes)
     with open(args.cands, "rb") as fh:
         data = pickle.load(fh)
     qrels = read_qrels(args.qrels)

@@ -62,13 +62,16 @@ def gram_codes(t: str, n: int) -> np.ndarray:
 # (one's timing would tell that the other holds the same text).
 NGRAM_CACHE_BYTES = 48 * 1024 * 1024
 BIGRAM_SET_CACHE_BYTES = 16 * 1024 * 1024
-_CODES: ByteLRU[np.ndarray | frozenset[str]] = ByteLRU(
-    NGRAM_CACHE_BYTES,
-    lambda _k, v: 200 + (v.nbytes if isinstance(v, np.ndarray) else 110 * len(v)),
-)
-_BIGRAM_SETS: ByteLRU[frozenset[str]] = ByteLRU(
-    BIGRAM_SET_CACHE_BYTES, lambda _k, v: 200 + 110 * len(v)
-)
+
+
+def held_bytes(_key: Hashable, grams: np.ndarray | frozenset[str]) -> int:
+    """What a cached memory's n-grams take: their codes' bytes, or ~110 an n-gram of a set
+    (set slot and string object); 200 for the entry."""
+    return 200 + (grams.nbytes if isinstance(grams, np.ndarray) else 110 * len(grams))
+
+
+_CODES: ByteLRU[np.ndarray | frozenset[str]] = ByteLRU(NGRAM_CACHE_BYTES, held_bytes)
+_BIGRAM_SETS: ByteLRU[frozenset[str]] = ByteLRU(BIGRAM_SET_CACHE_BYTES, held_bytes)
 
 
 def asked_grams(grams: Collection[str], n: int) -> tuple[list[str], np.ndarray]:
