@@ -121,9 +121,12 @@ async def _load(
     return out
 
 
-async def _poll(client: httpx.AsyncClient, seconds: float, route: str) -> list[tuple[int, float]]:
-    """One caller of `route` (readyz, or a write) for `seconds`: (status, seconds) of each."""
-    out: list[tuple[int, float]] = []
+async def _poll(
+    client: httpx.AsyncClient, seconds: float, route: str
+) -> list[tuple[int, float, str]]:
+    """One caller of `route` (readyz, or a write) for `seconds`: (status, seconds, answer) of
+    each."""
+    out: list[tuple[int, float, str]] = []
     end = time.monotonic() + seconds
     n = 0
     while time.monotonic() < end:
@@ -133,7 +136,7 @@ async def _poll(client: httpx.AsyncClient, seconds: float, route: str) -> list[t
         else:
             body = {"memories": [{"id": f"stop-{n}", "content": QUERIES[n % 4] + "の追記"}]}
             r = await client.post("/v1/memories", json=body, timeout=60)
-        out.append((r.status_code, time.monotonic() - t))
+        out.append((r.status_code, time.monotonic() - t, r.text))
         n += 1
         await asyncio.sleep(0.1)
     return out
@@ -154,10 +157,10 @@ async def test_database_stopped_answers_within_the_deadline_then_recovers(own_db
         seen, ready, writes = await asyncio.gather(
             _load(own_client, 6.0), _poll(own_client, 6.0, "ready"), _poll(own_client, 6.0, "write")
         )
-    statuses = Counter(s for s, _, _ in seen) + Counter(s for s, _ in ready + writes)
+    statuses = Counter(s for s, _, _ in seen) + Counter(s for s, _, _ in ready + writes)
     slowest = max(t for _, t, _ in seen)
-    slowest_ready = max(t for _, t in ready)
-    slowest_write = max(t for _, t in writes)
+    slowest_ready = max(t for _, t, _ in ready)
+    slowest_write = max(t for _, t, _ in writes)
     deadline = rt.orchestrator.request_timeout_s
     print(
         f"SIGSTOP 6 s (run {run}): {dict(statuses)}, slowest retrieve {slowest * 1000:.0f} ms "
@@ -168,7 +171,8 @@ async def test_database_stopped_answers_within_the_deadline_then_recovers(own_db
     assert statuses[503] > 0
     assert all(r.headers.get("retry-after") for s, _, r in seen if s == 503)
     assert slowest <= deadline + 0.5
-    assert slowest_ready <= 2.0 + 0.5
+    # Which step of readiness was late is in its answer ("error": the type that ended it).
+    assert slowest_ready <= 2.0 + 0.5, max(ready, key=lambda x: x[1])
     # A write's steps (lookup, the turn followed, the transaction) each have the deadline.
     assert slowest_write <= 3 * rt.settings.write_timeout_s + 0.5
     t0 = time.monotonic()
