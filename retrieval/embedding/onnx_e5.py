@@ -241,7 +241,7 @@ class OnnxE5Embedder:
         self.cpus = available_cpus()
         self.query_threads = query_threads
         self._one = _session(graph, 1)
-        self._all = _session(graph, self.cpus, spin=True) if self.cpus > 1 else self._one
+        self._all = _session(graph, self.cpus) if self.cpus > 1 else self._one
         self._docs = _background_session(graph, self.cpus)
         self._lock = threading.Lock()
         self._in_flight = 0
