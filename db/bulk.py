@@ -14,7 +14,7 @@ from enum import StrEnum
 
 import asyncpg
 
-from db.store import COLUMNS, LOCK_NAMESPACE, MemoryRow, as_vector, upsert_sql
+from db.memories import COLUMNS, LOCK_NAMESPACE, MemoryRow, as_vector, upsert_sql
 
 logger = logging.getLogger(__name__)
 

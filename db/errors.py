@@ -8,6 +8,10 @@ class RetrievalError(Exception):
     It lives in the lowest layer so that the db layer's errors are RetrievalErrors too."""
 
 
+class NotFound(RetrievalError):
+    """No such memory (or run, or job) in this namespace."""
+
+
 class StoreError(RetrievalError):
     """Base of every error the db layer raises on purpose."""
 

@@ -10,7 +10,7 @@ from typing import Any
 import asyncpg
 
 from db import meta
-from db.store import MemoryRow, as_vector, write_passages
+from db.memories import MemoryRow, as_vector, write_passages
 
 # store_meta key: how far a run got ("namespace<TAB>last memory id").
 PROGRESS_KEY = "embed_passages_progress"

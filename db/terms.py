@@ -9,8 +9,8 @@ from collections.abc import Sequence
 import asyncpg
 
 from db import meta
+from db.memories import LOCK_NAMESPACE
 from db.meta import DELETE_VALUE, GET_VALUE, SET_VALUE
-from db.store import LOCK_NAMESPACE
 
 # store_meta keys: the tokenizer version the stored terms were made with, and how far a
 # re-tokenization got ("namespace<TAB>last memory id").

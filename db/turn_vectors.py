@@ -10,7 +10,7 @@ from typing import Any
 import asyncpg
 
 from db import meta
-from db.store import as_vector
+from db.memories import as_vector
 
 # store_meta key: how far a run got ("namespace<TAB>last memory id").
 PROGRESS_KEY = "reembed_turns_progress"

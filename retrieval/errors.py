@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 # The root and the db layer's errors, re-exported: callers of the service catch them from here.
-from db.errors import EmbeddingModelMismatch, RetrievalError, StoreError, WriteConflict
+from db.errors import EmbeddingModelMismatch, NotFound, RetrievalError, StoreError, WriteConflict
 
 __all__ = [
     "EmbeddingModelMismatch",
@@ -33,10 +33,6 @@ class InvalidInput(RetrievalError):
         )
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         super().__init__(f"{where}{first.get('field', '')}: {first.get('reason', 'invalid')}{more}")
-
-
-class NotFound(RetrievalError):
-    """No such memory in this namespace."""
 
 
 class Overloaded(RetrievalError):

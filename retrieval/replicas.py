@@ -119,24 +119,25 @@ class ReadRouter:
         assert r.pool is not None
         return r.pool, r
 
-    async def fetchrow(
+    async def read(
         self,
         namespace: str,
-        query: str,
+        fn: Callable[..., Awaitable[T]],
         *args: Any,
         timeout: float | None = None,
         after_lsn: str | None = None,
-    ) -> asyncpg.Record | None:
-        """One row read where read_pool says, the wait for a connection and the statement each
-        within `timeout`, with failover."""
+    ) -> T:
+        """`fn(conn, *args, timeout_s=timeout)` (a named read of db/) on a connection where
+        read_pool says, the wait for it within `timeout`, with failover."""
         pool, replica = self.read_pool(namespace, after_lsn)
+
+        async def on(p: asyncpg.Pool) -> T:
+            async with session(p, timeout if timeout is not None else 60.0) as conn:
+                return await fn(conn, *args, timeout_s=timeout)
+
         if replica is None:
-            return await _fetchrow(pool, query, args, timeout)
-        return await self.failover(
-            replica,
-            lambda: _fetchrow(pool, query, args, timeout),
-            lambda primary: _fetchrow(primary, query, args, timeout),
-        )
+            return await on(pool)
+        return await self.failover(replica, lambda: on(pool), on)
 
     @staticmethod
     def lost(exc: BaseException) -> bool:

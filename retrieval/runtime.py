@@ -17,9 +17,9 @@ from db.vector_check import check_vector
 from retrieval.analysis.analyzer import CueDictionary, QueryAnalyzer
 from retrieval.analysis.nlp import JapaneseNLP
 from retrieval.embedding.base import Embedder
-from retrieval.embedding.meter import EmbedMeter
 from retrieval.embedding.providers import create_embedder
 from retrieval.ingest.jobs import WriteJobs
+from retrieval.ingest.writer import Writer
 from retrieval.maintenance.retokenize import outdated
 from retrieval.models import Source
 from retrieval.orchestrator import Orchestrator
@@ -41,15 +41,20 @@ class Runtime:
     nlp: JapaneseNLP
     analyzer: QueryAnalyzer
     embedder: Embedder
+    # The read path's owner and the write path's.
     orchestrator: Orchestrator
+    writer: Writer
     router: ReadRouter
-    # Measures the embedding rate here; the write route's estimate (inline or a job).
-    meter: EmbedMeter
-    jobs: WriteJobs
     # Each namespace's share of the processing time of retrievals (admit before, settle after).
     budget: TenantBudget
     # What this server lacks, by the name to report it under (pg_trgm), with what it costs.
     missing: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def jobs(self) -> WriteJobs:
+        """The queue of write jobs (the writer's)."""
+        assert self.writer.jobs is not None
+        return self.writer.jobs
 
     async def close(self) -> None:
         await self.orchestrator.close()
@@ -132,26 +137,14 @@ async def open_runtime(
         router=router,
         unavailable={Source.TRIGRAM: missing["pg_trgm"]} if "pg_trgm" in missing else {},
     )
-    meter = EmbedMeter(embedder)
     budget = TenantBudget(
         settings.tenant_cpu_share,
         max_wait_s=settings.tenant_max_wait_s,
         max_in_flight=settings.tenant_max_in_flight,
     )
-    jobs = WriteJobs(
-        pool,
-        nlp,
-        embedder,
-        meter,
-        router,
-        batch_size=settings.embed_batch_size,
-        write_timeout_s=settings.write_timeout_s,
-        max_open=settings.max_open_jobs,
-        work=settings.job_worker,
-        budget=budget,
-    )
+    writer = Writer.of(settings, pool, nlp, embedder, router, budget)
     return Runtime(
-        settings, dsn, pool, nlp, analyzer, embedder, orch, router, meter, jobs, budget, missing
+        settings, dsn, pool, nlp, analyzer, embedder, orch, writer, router, budget, missing
     )
 
 

@@ -140,9 +140,8 @@ NOW_UTC = datetime.now(UTC)
 async def ingest_items(rt, ns, items):
     """Store raw item dicts through the write path the API uses."""
     from retrieval.ingest.items import parse_items
-    from retrieval.ingest.write import ingest
 
-    return await ingest(rt.pool, rt.nlp, rt.embedder, parse_items(items), namespace=ns)
+    return await rt.writer.write(parse_items(items), ns)
 
 
 def leg_context(

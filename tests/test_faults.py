@@ -76,16 +76,12 @@ async def own_db(tmp_path_factory, nlp, embedder):
     )
     rt = await open_runtime(s, embedder=embedder, nlp=nlp)
     from retrieval.ingest.items import parse_items
-    from retrieval.ingest.write import ingest
 
-    await ingest(
-        rt.pool,
-        rt.nlp,
-        rt.embedder,
+    await rt.writer.write(
         parse_items(
             [{"id": f"m{i}", "content": q + "についてのメモ"} for i, q in enumerate(QUERIES)]
         ),
-        namespace="default",
+        "default",
     )
     yield rt, data_dir
     await rt.close()
@@ -340,7 +336,7 @@ async def test_embedding_failure_on_write_is_503(own_db):
     rt, _ = own_db
     from dataclasses import replace
 
-    broken = replace(rt, embedder=_SlowEmbedder(rt.embedder, 0.0))
+    broken = replace(rt, writer=rt.writer.using(_SlowEmbedder(rt.embedder, 0.0)))
     app = create_app(rt.settings, runtime=broken)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         app.state.runtime = broken

@@ -87,15 +87,8 @@ async def test_eval_refuses_a_namespace_it_did_not_create(rt, ns, tmp_path):
     """`retrieval eval --namespace NS` deleted every memory of NS: it would wipe production."""
     from retrieval.evaluation import ForeignNamespace, ensure_index
     from retrieval.ingest.items import parse_items
-    from retrieval.ingest.write import ingest
 
-    await ingest(
-        rt.pool,
-        rt.nlp,
-        rt.embedder,
-        parse_items([{"id": "prod", "content": "本番のメモ"}]),
-        namespace=ns,
-    )
+    await rt.writer.write(parse_items([{"id": "prod", "content": "本番のメモ"}]), ns)
     corpus = tmp_path / "c.jsonl"
     corpus.write_text('{"id": "e1", "content": "評価用の文書"}\n', encoding="utf-8")
     with pytest.raises(ForeignNamespace):

@@ -130,16 +130,12 @@ def _keyed(rt, **update):
     """The shared runtime behind two keys for every namespace, with its own share and queue."""
     from dataclasses import replace
 
-    from retrieval.ingest.jobs import WriteJobs
+    from retrieval.ingest.writer import Writer
 
     s = rt.settings.model_copy(update={"api_keys": f"{ROTATOR}:*,{LIGHT}:*", **update})
     budget = TenantBudget(s.tenant_cpu_share, max_wait_s=s.tenant_max_wait_s)
-    jobs = WriteJobs(
-        rt.pool, rt.nlp, rt.embedder, rt.meter, rt.router, batch_size=s.embed_batch_size,
-        write_timeout_s=s.write_timeout_s, max_open=s.max_open_jobs, work=s.job_worker,
-        budget=budget,
-    )  # fmt: skip
-    return replace(rt, settings=s, budget=budget, jobs=jobs)
+    writer = Writer.of(s, rt.pool, rt.nlp, rt.embedder, rt.router, budget)
+    return replace(rt, settings=s, budget=budget, writer=writer)
 
 
 def _as(key: str) -> dict[str, str]:

@@ -1,14 +1,22 @@
 """`retrieval`, the command line: every command is one row of COMMANDS (its name, help, arguments
-and handler), and the parser is built from that table."""
+and handler), and the parser is built from that table.
+
+The command line is the process's entry point, so it sets what only works before numpy loads
+(an explicit environment wins): one BLAS thread. The matrices here are tiny (50 x 384), and on
+two cores shared with PostgreSQL and the embedding, BLAS threads cost more than they save
+(`retrieval bench --memories 10000`: HTTP p95 ~58 -> ~50 ms with one)."""
 
 from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse
 import asyncio
 import importlib
 import inspect
 import logging
-import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence

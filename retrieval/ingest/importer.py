@@ -31,7 +31,6 @@ from retrieval.errors import InvalidInput
 from retrieval.ingest.analyse import Analyser, Analysis, analyse_texts, in_threads
 from retrieval.ingest.items import MemoryIn, json_lines, parse_line, scan_jsonl
 from retrieval.ingest.vectors import check_precomputed, open_vectors
-from retrieval.ingest.write import prepare_rows
 from retrieval.validation import check_namespace
 
 logger = logging.getLogger(__name__)
@@ -233,16 +232,7 @@ async def _stage_all(
         items = [it for _, _, it in chunk]
         ids = [it.id or f"{iid[:12]}-{line}" for line, _, it in chunk]
         vecs = np.asarray(vectors[[i for _, i, _ in chunk]]) if vectors is not None else None
-        rows, n = await prepare_rows(
-            rt.pool,
-            rt.embedder,
-            analyse,
-            items,
-            ids,
-            namespace=namespace,
-            vectors=vecs,
-            batch_size=rt.settings.embed_batch_size,
-        )
+        rows, n = await rt.writer.rows(items, ids, namespace, vectors=vecs, analyse=analyse)
         return [line for line, _, _ in chunk], rows, n
 
     pending: list[asyncio.Task[tuple[list[int], list[Any], int]]] = []

@@ -20,6 +20,7 @@ import logging
 import socket
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,13 +32,9 @@ import psutil
 from db import jobs as q
 from db.session import session
 from retrieval import metrics as m
-from retrieval.analysis.nlp import JapaneseNLP
-from retrieval.embedding.base import Embedder
-from retrieval.embedding.meter import EmbedMeter
 from retrieval.errors import EmbeddingError, InvalidInput, Overloaded
 from retrieval.ingest.items import MemoryIn
-from retrieval.ingest.write import ingest
-from retrieval.replicas import ReadRouter
+from retrieval.ingest.write import IngestReport
 from retrieval.tenants import TenantBudget, tenant_of
 
 logger = logging.getLogger(__name__)
@@ -74,16 +71,17 @@ def retry_pause_s(attempts: int) -> float:
     return float(min(60, 2**attempts))
 
 
+# Writes a job's items: the Writer's `write` (items, namespace, ids=, tick=) -> its report.
+WriteFn = Callable[..., Awaitable[IngestReport]]
+
+
 @dataclass
 class WriteJobs:
-    """The queue of write jobs and this process's worker for it."""
+    """The queue of write jobs and this process's worker for it; a job is written through
+    `write` (the Writer's, retrieval.ingest.writer)."""
 
     pool: asyncpg.Pool
-    nlp: JapaneseNLP
-    embedder: Embedder
-    meter: EmbedMeter
-    router: ReadRouter
-    batch_size: int
+    write: WriteFn
     write_timeout_s: float
     max_open: int
     # Whether this process writes jobs (run); off, it only queues them for other processes.
@@ -214,26 +212,14 @@ class WriteJobs:
         try:
             raw = q.load_items(job["items"])
             items = [dated(MemoryIn.model_validate(r), job["created_at"]) for r in raw]
-            rep = await ingest(
-                self.pool,
-                self.nlp,
-                self.embedder,
-                items,
-                namespace=namespace,
-                batch_size=self.batch_size,
-                timeout_s=self.write_timeout_s,
-                ids=[str(r["id"]) for r in raw],
-                meter=self.meter,
-                tick=keep_lease,
+            rep = await self.write(
+                items, namespace, ids=[str(r["id"]) for r in raw], tick=keep_lease
             )
-            report = {**rep.to_json(), "lsn": await self.router.note_write(namespace)}
-            if await self._set(q.FINISH, job_id, self.owner, q.dump(report)) == "UPDATE 0":
+            if await self._set(q.FINISH, job_id, self.owner, q.dump(rep.to_json())) == "UPDATE 0":
                 raise _LeaseLost(job_id)
             if self.budget is not None:
                 self.budget.charge(job["tenant"], float(job["estimate_s"]))
             m.INGEST_JOBS.labels("done").inc()
-            m.INGESTED.labels("insert").inc(rep.inserted)
-            m.INGESTED.labels("update").inc(rep.updated)
             logger.info("write job %s: %d memories in %.1f s", job_id, rep.received, rep.seconds)
         except _LeaseLost:
             logger.warning("write job %s: lease taken over; left to its new worker", job_id)

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from retrieval.ingest.items import MemoryIn
-from retrieval.ingest.write import ingest
 
 if TYPE_CHECKING:
     from retrieval.runtime import Runtime
@@ -43,5 +42,5 @@ async def load_sample(rt: Runtime, namespace: str = "default") -> int:
         and vectors.shape[1] == rt.embedder.dim
         else None
     )
-    rep = await ingest(rt.pool, rt.nlp, rt.embedder, items, namespace=namespace, vectors=use)
+    rep = await rt.writer.write(items, namespace, vectors=use)
     return rep.received

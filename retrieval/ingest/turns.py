@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from db import store
-from db.store import StoredTurn
+from db import memories
+from db.memories import StoredTurn
 from retrieval.ingest.items import MemoryIn
 
 _LATEST = datetime.max.replace(tzinfo=UTC)
@@ -71,7 +71,7 @@ async def predecessors(
     index = {x: i for i, x in enumerate(ids)}
     out: dict[int, StoredTurn] = {}
     targets = {i: t for i in picks if (t := replied_to(items[i])) is not None}
-    stored = await store.texts_of(
+    stored = await memories.texts_of(
         conn,
         namespace,
         sorted({t for t in targets.values() if t not in index}),
@@ -84,7 +84,7 @@ async def predecessors(
             out[i] = stored[t]
     threaded = [i for i in picks if i not in out and items[i].thread is not None]
     in_write = batch_predecessors(items, threaded)
-    found = await store.thread_predecessors(
+    found = await memories.thread_predecessors(
         conn,
         namespace,
         [(str(items[i].thread), items[i].created_at, ids[i]) for i in threaded],

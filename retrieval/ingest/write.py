@@ -15,19 +15,19 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from db import store
+from db import memories
+from db.memories import MemoryRow, StoredTurn
 from db.session import session
-from db.store import MemoryRow, StoredTurn
-from retrieval.analysis.nlp import JapaneseNLP, normalize_entity
+from retrieval.analysis.nlp import normalize_entity
 from retrieval.embedding.base import Embedder
 from retrieval.embedding.documents import embed_texts
 from retrieval.embedding.meter import EmbedMeter
 from retrieval.embedding.texts import PassageRow, Recipe, memory_text, recipe, turn_text
 from retrieval.errors import InvalidInput, StoreUnavailable
-from retrieval.ingest.analyse import Analyser, in_threads, word_count
+from retrieval.ingest.analyse import Analyser, word_count
 from retrieval.ingest.items import MemoryIn
 from retrieval.ingest.turns import may_follow, predecessors
-from retrieval.validation import check_namespace, duplicate_ids
+from retrieval.validation import duplicate_ids
 
 # Given vectors, row i for item i; a None row is embedded by the write.
 Vectors = np.ndarray | Sequence[np.ndarray | None]
@@ -68,7 +68,10 @@ class IngestReport:
     reembedded: int
     ids: list[str]
     seconds: float
-    stages: dict[str, float] = field(default_factory=dict)
+    # Seconds each part took: lookup, analyse, context, embed, write.
+    stage_s: dict[str, float] = field(default_factory=dict)
+    # The primary's WAL position after the write (with replicas; read-your-writes).
+    lsn: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -79,23 +82,35 @@ class IngestReport:
             "embedded": self.reembedded,
             "ids": self.ids,
             "seconds": round(self.seconds, 3),
-            "stage_seconds": {k: round(v, 3) for k, v in self.stages.items()},
+            "stage_seconds": {k: round(v, 3) for k, v in self.stage_s.items()},
+            "lsn": self.lsn,
         }
 
 
-async def stored_texts(
-    pool: asyncpg.Pool, namespace: str, ids: list[str], *, timeout_s: float | None = None
-) -> dict[str, Any]:
-    """The stored rows (text, vector, terms, entities) of those ids that exist."""
+@dataclass(frozen=True)
+class Lookup:
+    """What is stored under a batch's ids: the rows (text, vector, terms, entities) of those
+    that exist, and the items whose text is new or changed (the ones a write must embed)."""
+
+    old: dict[str, Any]
+    need: list[int]
+
+
+async def look_up(
+    pool: asyncpg.Pool,
+    namespace: str,
+    items: list[MemoryIn],
+    ids: list[str],
+    *,
+    timeout_s: float | None = None,
+) -> Lookup:
+    """The batch's Lookup (one read, bounded by `timeout_s`)."""
     async with session(pool, timeout_s if timeout_s is not None else 3600.0) as conn:
-        return await store.existing(conn, namespace, ids, timeout_s=timeout_s)
-
-
-def to_embed(items: list[MemoryIn], ids: list[str], old: dict[str, Any]) -> list[int]:
-    """The items whose text is new or changed: the ones a write must embed."""
-    return [
+        old = await memories.existing(conn, namespace, ids, timeout_s=timeout_s)
+    need = [
         i for i, (it, x) in enumerate(zip(items, ids, strict=True)) if not unchanged(it, old.get(x))
     ]
+    return Lookup(old, need)
 
 
 async def prepare_rows(
@@ -108,21 +123,21 @@ async def prepare_rows(
     namespace: str,
     vectors: Vectors | None = None,
     batch_size: int = 32,
-    old: dict[str, Any] | None = None,
+    lookup: Lookup | None = None,
     meter: EmbedMeter | None = None,
     tick: Callable[[], Awaitable[None]] | None = None,
-    stages: dict[str, float] | None = None,
+    stage_s: dict[str, float] | None = None,
     timeout_s: float | None = None,
 ) -> tuple[list[MemoryRow], int]:
-    """The rows to write for items, and how many were (re)embedded. `old` is what stored_texts
+    """The rows to write for items, and how many were (re)embedded. `lookup` is what look_up
     gave, when the caller has read it already; `vectors` gives an item's vector where it is not
-    None; `tick` is awaited between embedding calls; `stages` gets the seconds each part took
+    None; `tick` is awaited between embedding calls; `stage_s` gets the seconds each part took
     (lookup, analyse, context, embed); `timeout_s` bounds each read."""
-    clock = _Stages(stages)
-    if old is None:
-        old = await stored_texts(pool, namespace, ids, timeout_s=timeout_s)
+    clock = _Stages(stage_s)
+    if lookup is None:
+        lookup = await look_up(pool, namespace, items, ids, timeout_s=timeout_s)
     clock.lap("lookup")
-    need = to_embed(items, ids, old)
+    old, need = lookup.old, lookup.need
     changed = set(need)
     kept = [None if i in changed else old[x] for i, x in enumerate(ids)]
     texts = [memory_text(items[i].title, items[i].content) for i in need]
@@ -264,61 +279,9 @@ async def write_rows(
     holds, its locks and its transaction, not the embedding before it)."""
     try:
         return await asyncio.wait_for(
-            store.upsert(pool, namespace, rows, timeout_s=timeout_s), timeout_s
+            memories.upsert(pool, namespace, rows, timeout_s=timeout_s), timeout_s
         )
     except TimeoutError as exc:
         raise StoreUnavailable(
             f"the database did not finish the write within {timeout_s:g} s; nothing was written"
         ) from exc
-
-
-async def ingest(
-    pool: asyncpg.Pool,
-    nlp: JapaneseNLP,
-    embedder: Embedder,
-    items: list[MemoryIn],
-    *,
-    namespace: str,
-    vectors: Vectors | None = None,
-    batch_size: int = 32,
-    timeout_s: float | None = None,
-    ids: list[str] | None = None,
-    old: dict[str, Any] | None = None,
-    meter: EmbedMeter | None = None,
-    tick: Callable[[], Awaitable[None]] | None = None,
-) -> IngestReport:
-    """Store items idempotently (by id) in one transaction; nothing is written on any error.
-    `timeout_s` bounds the transaction (write_rows) and each read before it, not the
-    embedding."""
-    t0 = time.perf_counter()
-    check_namespace(namespace)
-    ids = ids if ids is not None else assign_ids(items)
-    stages: dict[str, float] = {}
-    rows, embedded = await prepare_rows(
-        pool,
-        embedder,
-        in_threads(nlp),
-        items,
-        ids,
-        namespace=namespace,
-        vectors=vectors,
-        batch_size=batch_size,
-        old=old,
-        meter=meter,
-        tick=tick,
-        stages=stages,
-        timeout_s=timeout_s,
-    )
-    t = time.perf_counter()
-    inserted = await write_rows(pool, namespace, rows, timeout_s)
-    stages["write"] = time.perf_counter() - t
-    return IngestReport(
-        namespace=namespace,
-        received=len(items),
-        inserted=inserted,
-        updated=len(items) - inserted,
-        reembedded=embedded,
-        ids=ids,
-        seconds=time.perf_counter() - t0,
-        stages=stages,
-    )

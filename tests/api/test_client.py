@@ -126,12 +126,3 @@ async def test_async_client_jobs_and_retry_after(queuing_server):
         assert limited.value.retry_after_s and limited.value.retry_after_s >= 1
         assert time.monotonic() - t0 >= 0.4  # two waits of 0.2 s: it was tried three times
         assert "share" in str(limited.value.detail)
-
-
-def test_the_old_import_path_is_the_light_client():
-    """`retrieval.client` (existing callers) is the light client, not a copy of it."""
-    import retrieval.client
-    import retrieval_client
-
-    assert retrieval.client.RetrievalClient is retrieval_client.RetrievalClient
-    assert retrieval.client.InvalidRequest is retrieval_client.InvalidRequest

@@ -84,10 +84,9 @@ async def test_twenty_concurrent_writers_over_overlapping_ids(client, rt, ns, se
 async def test_statistics_follow_updates_archives_and_deletes(rt, ns):
     """Triggers count inserts, changed texts and deletes; archiving changes nothing."""
     from retrieval.ingest.items import parse_items
-    from retrieval.ingest.write import ingest
 
     async def put(items):
-        await ingest(rt.pool, rt.nlp, rt.embedder, parse_items(items), namespace=ns)
+        await rt.writer.write(parse_items(items), ns)
 
     await put([{"id": "a", "content": "ジムで筋トレ"}, {"id": "b", "content": "ジムで会議"}])
     await put([{"id": "a", "content": "京都で読書"}])

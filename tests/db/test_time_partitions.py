@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from db.store import ensure_weeks
+from db.memories import ensure_weeks
 from tests.helpers import NOW_UTC as NOW
 from tests.helpers import ingest_items
 

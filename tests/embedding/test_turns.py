@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import numpy as np
 from pgvector import Vector
 
-from db.store import StoredTurn
+from db.memories import StoredTurn
 from retrieval.embedding.texts import PREDECESSOR_CHARS, turn_text
 from retrieval.ingest.items import parse_items
 from retrieval.ingest.turns import batch_predecessors

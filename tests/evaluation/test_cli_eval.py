@@ -213,12 +213,11 @@ async def test_readme_query_answers_with_the_gym(rt, ns, now):
     """The README's first query, on the sample loaded a Monday morning or a Sunday night:
     a gym session of last week comes first."""
     from retrieval.ingest.sample import sample_items
-    from retrieval.ingest.write import ingest
     from retrieval.models import RetrievalOptions
 
     at = datetime.fromisoformat(now)
     items, vectors = sample_items(at)
-    await ingest(rt.pool, rt.nlp, rt.embedder, items, namespace=ns, vectors=vectors)
+    await rt.writer.write(items, ns, vectors=vectors)
     resp = await rt.orchestrator.retrieve(README_QUERY, RetrievalOptions(namespace=ns, now=at))
     top = resp.results[0]
     assert "ジム" in top.content and "last_week" in top.reason

@@ -17,6 +17,7 @@ import pytest
 from retrieval.errors import EmbeddingError, Overloaded
 from retrieval.ingest.items import parse_items
 from retrieval.ingest.jobs import WriteJobs
+from retrieval.ingest.writer import Writer
 from retrieval.runtime import Runtime
 from tests.helpers import app_client
 
@@ -28,20 +29,10 @@ def _runtime(
 ) -> Runtime:
     """The shared runtime with other settings and a queue (and worker) of its own."""
     s = rt.settings.model_copy(update=update)
-    jobs = WriteJobs(
-        rt.pool,
-        rt.nlp,
-        embedder or rt.embedder,
-        rt.meter,
-        rt.router,
-        batch_size=s.embed_batch_size,
-        write_timeout_s=s.write_timeout_s,
-        max_open=s.max_open_jobs,
-        work=s.job_worker,
-    )
+    writer = Writer.of(s, rt.pool, rt.nlp, embedder or rt.embedder, rt.router)
     if owner is not None:
-        jobs.owner = owner
-    return replace(rt, settings=s, jobs=jobs)
+        writer.jobs.owner = owner
+    return replace(rt, settings=s, writer=writer)
 
 
 async def _until_finished(

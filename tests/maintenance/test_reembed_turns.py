@@ -117,12 +117,11 @@ def test_the_command_says_a_database_failure_keeps_what_was_done_and_resumes(
 async def _ingest_fresh(settings, ns):
     """TURNS written through a runtime of its own (the test's loop is not the fixture's)."""
     from retrieval.ingest.items import parse_items
-    from retrieval.ingest.write import ingest
     from retrieval.runtime import open_runtime
 
     rt = await open_runtime(settings)
     try:
-        await ingest(rt.pool, rt.nlp, rt.embedder, parse_items(TURNS), namespace=ns)
+        await rt.writer.write(parse_items(TURNS), ns)
     finally:
         await rt.close()
 

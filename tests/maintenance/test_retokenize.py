@@ -7,7 +7,6 @@ from db import terms as db_terms
 from retrieval.analysis.nlp import TOKENIZER_VERSION
 from retrieval.cli import main
 from retrieval.ingest.items import parse_items
-from retrieval.ingest.write import ingest
 from retrieval.maintenance.retokenize import outdated, retokenize
 from retrieval.models import RetrievalOptions, Strategy
 
@@ -19,12 +18,8 @@ TEXTS = [
 
 
 async def _put(rt, ns):
-    await ingest(
-        rt.pool,
-        rt.nlp,
-        rt.embedder,
-        parse_items([{"id": f"m{i}", "content": t} for i, t in enumerate(TEXTS)]),
-        namespace=ns,
+    await rt.writer.write(
+        parse_items([{"id": f"m{i}", "content": t} for i, t in enumerate(TEXTS)]), ns
     )
 
 

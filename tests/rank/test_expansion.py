@@ -8,7 +8,6 @@ import pytest
 from retrieval.analysis.nlp import memory_entities
 from retrieval.analysis.strategy import HYBRID
 from retrieval.ingest.items import parse_items
-from retrieval.ingest.write import ingest
 from retrieval.models import Candidate, Fused, Hop, RetrievalOptions, ScoredResult, Source
 from retrieval.rank.expansion import expand
 from retrieval.rank.rerank import admit, diversify
@@ -39,7 +38,7 @@ PROJECT = [
 
 
 async def _put(rt, ns, items):
-    return await ingest(rt.pool, rt.nlp, rt.embedder, parse_items(items), namespace=ns)
+    return await rt.writer.write(parse_items(items), ns)
 
 
 async def _ask(rt, ns, q, **kw):

@@ -3,9 +3,8 @@ assembler, not competitors in the ranking."""
 
 from datetime import UTC, datetime, timedelta
 
-from db.store import ARCHIVE_MEMORY
+from db.memories import ARCHIVE_MEMORY
 from retrieval.ingest.items import parse_items
-from retrieval.ingest.write import ingest
 from retrieval.models import RetrievalOptions
 
 T0 = datetime(2026, 5, 8, 13, 56, tzinfo=UTC)
@@ -55,7 +54,7 @@ async def _ask(rt, ns, q, **kw):
 
 
 async def test_a_result_comes_with_the_turns_around_it(rt, ns):
-    await ingest(rt.pool, rt.nlp, rt.embedder, parse_items(_turns()), namespace=ns)
+    await rt.writer.write(parse_items(_turns()), ns)
     resp = await _ask(rt, ns, "What did Caroline paint over the lake?")
     top = resp.results[0]
     assert top.id == "s1:3", [r.id for r in resp.results]
@@ -75,7 +74,7 @@ async def test_a_result_comes_with_the_turns_around_it(rt, ns):
 
 
 async def test_an_archived_turn_is_no_context_and_a_reply_chain_stands_in_for_a_thread(rt, ns):
-    await ingest(rt.pool, rt.nlp, rt.embedder, parse_items(_turns()), namespace=ns)
+    await rt.writer.write(parse_items(_turns()), ns)
     async with rt.pool.acquire() as conn:
         await conn.execute(ARCHIVE_MEMORY, ns, "s1:2")
     resp = await _ask(rt, ns, "What did Caroline paint over the lake?")

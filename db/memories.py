@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -17,7 +18,7 @@ import asyncpg
 import numpy as np
 from pgvector import Vector
 
-from db.errors import WriteConflict
+from db.errors import NotFound, WriteConflict
 from db.session import session
 
 logger = logging.getLogger(__name__)
@@ -223,6 +224,49 @@ class MemoryRow:
             self.expires_at,
             self.thread,
         )
+
+
+async def get_memory(
+    conn: asyncpg.Connection, namespace: str, external_id: str, *, timeout_s: float | None
+) -> dict[str, Any] | None:
+    """One memory of a namespace, archived or not, as the API shows it (`id` its external id);
+    None when absent."""
+    row = await conn.fetchrow(GET_MEMORY, namespace, external_id, timeout=timeout_s)
+    if row is None:
+        return None
+    out = dict(row)
+    out["id"] = out.pop("external_id")
+    return out
+
+
+async def archive(
+    conn: asyncpg.Connection, namespace: str, external_id: str, *, timeout_s: float | None
+) -> bool:
+    """Archive a memory; whether it existed."""
+    got = await conn.fetchval(ARCHIVE_MEMORY, namespace, external_id, timeout=timeout_s)
+    return got is not None
+
+
+async def record_feedback(
+    conn: asyncpg.Connection,
+    namespace: str,
+    external_id: str,
+    *,
+    negative: bool,
+    run_id: str | None,
+    comment: str | None,
+    timeout_s: float | None,
+) -> None:
+    """Record feedback on a memory, in the caller's transaction (negative: it is made
+    unsearchable); NotFound when the memory, or the run named, is not this namespace's (the
+    caller's transaction then rolls back: nothing is marked)."""
+    sql = MARK_UNSEARCHABLE if negative else MEMORY_EXISTS
+    if await conn.fetchval(sql, namespace, external_id, timeout=timeout_s) is None:
+        raise NotFound(f"no memory {external_id!r} in namespace {namespace!r}")
+    run = uuid.UUID(run_id) if run_id else None
+    args = (run, namespace, external_id, negative, comment)
+    if await conn.fetchval(INSERT_FEEDBACK, *args, timeout=timeout_s) is None:
+        raise NotFound(f"no run {run_id} in namespace {namespace!r}")
 
 
 def as_vector(v: Any) -> Vector:
