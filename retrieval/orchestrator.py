@@ -19,12 +19,13 @@ import asyncpg
 from db.runs import insert_run
 from retrieval import metrics as m
 from retrieval.analysis.analyzer import QueryAnalyzer
-from retrieval.analysis.strategy import PRESETS, Plan, Preset, plan, with_sources
+from retrieval.analysis.strategy import PRESETS, Plan, plan, with_sources
 from retrieval.embedding.base import Embedder
 from retrieval.embedding.query import QueryEmbedding, QueryEmbeddings
 from retrieval.models import (
     DEGRADING,
     Filters,
+    Preset,
     QueryIntent,
     RetrievalMetadata,
     RetrievalOptions,

@@ -15,7 +15,6 @@ from db.meta import TRIGRAM_READY, check_embedding_model
 from db.pool import create_pool, wait_for_server
 from db.vector_check import check_vector
 from retrieval.analysis.analyzer import CueDictionary, QueryAnalyzer
-from retrieval.analysis.nlp import JapaneseNLP
 from retrieval.embedding.base import Embedder
 from retrieval.embedding.providers import create_embedder
 from retrieval.ingest.jobs import WriteJobs
@@ -26,6 +25,7 @@ from retrieval.orchestrator import Orchestrator
 from retrieval.replicas import ReadRouter, Replica
 from retrieval.settings import Settings, parse_replica_urls
 from retrieval.tenants import TenantBudget
+from retrieval.text.nlp import JapaneseNLP
 from retrieval.validation import RequestLimits
 
 logger = logging.getLogger(__name__)

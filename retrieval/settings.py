@@ -182,12 +182,12 @@ class Settings(BaseSettings):
         return v
 
     def embedded_shared_buffers(self) -> str | None:
-        """What db.embedded takes: a size or `auto`, or None for `keep`."""
+        """What db.embedded_server takes: a size or `auto`, or None for `keep`."""
         return None if self.pg_shared_buffers == "keep" else self.pg_shared_buffers
 
     def dsn(self) -> str:
         """DATABASE_URL, or the embedded server's (started, and sized, on first use)."""
-        from db.embedded import resolve_dsn
+        from db.embedded_server import resolve_dsn
 
         return resolve_dsn(self.database_url, self.data_dir, self.embedded_shared_buffers())
 

@@ -9,7 +9,7 @@ characters) at several batch sizes, and where the server spent the time, against
 
 Turns keep their id, time, thread and links. For each set and batch size it posts
 `--memories` memories (at least one batch) in batches, follows a 202's job to its end, and
-prints memories/s, passages/s (a long memory's passages, retrieval.analysis.passages; a short
+prints memories/s, passages/s (a long memory's passages, retrieval.text.passages; a short
 one is one) and characters/s from the first post to the last write, with the server's own stage
 seconds (lookup, analyse, context, embed, write) summed.
 """
@@ -41,7 +41,7 @@ def joined(items: list[dict], chars: int, n: int) -> list[dict]:
 
 
 def passages(items: list[dict]) -> int:
-    from retrieval.analysis.passages import split_passages
+    from retrieval.text.passages import split_passages
 
     return sum(max(1, len(split_passages(it["content"]))) for it in items)
 

@@ -21,14 +21,14 @@ def settings(tmp_path_factory: pytest.TempPathFactory):
     )
     yield Settings(data_dir=data_dir, source_timeout_ms=5000)
     if not os.environ.get("RETRIEVAL_TEST_DATA_DIR") and not os.environ.get("DATABASE_URL"):
-        from db.embedded import stop_embedded
+        from db.embedded_server import stop_embedded
 
         stop_embedded(data_dir)
 
 
 @pytest.fixture(scope="session")
 def nlp():
-    from retrieval.analysis.nlp import JapaneseNLP
+    from retrieval.text.nlp import JapaneseNLP
 
     return JapaneseNLP("ja_ginza")
 

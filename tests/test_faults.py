@@ -63,7 +63,7 @@ def _stopped(data_dir: Path):
 @pytest.fixture(scope="module")
 async def own_db(tmp_path_factory, nlp, embedder):
     """A server of this module's own, so stopping it disturbs no other test."""
-    from db.embedded import embedded_dsn, stop_embedded
+    from db.embedded_server import embedded_dsn, stop_embedded
 
     data_dir = tmp_path_factory.mktemp("faultdb") / "db"
     dsn = await asyncio.to_thread(embedded_dsn, data_dir)
@@ -259,7 +259,7 @@ async def test_database_restart_under_load_gives_only_503s_then_recovers(own_db,
     """Stopped (fast shutdown) or killed (immediate: crash recovery at start) and started
     again under load: only 200s and 503s, and no request outlives its deadline (a retrieve its
     legs', a read or write the write deadline for each of its database steps)."""
-    from db.embedded import embedded_dsn, stop_embedded
+    from db.embedded_server import embedded_dsn, stop_embedded
 
     rt, data_dir = own_db
 

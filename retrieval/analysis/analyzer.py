@@ -11,19 +11,19 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from retrieval.analysis.answers import asked_kind
-from retrieval.analysis.calendar_ja import national_holidays
-from retrieval.analysis.names import LATIN_TITLES, query_names
-from retrieval.analysis.nlp import (
+from retrieval.analysis.speaker import ASSISTANT, asked_speaker
+from retrieval.analysis.tense import asks_about_now, plans_ahead, relations_in
+from retrieval.analysis.time.calendar_ja import national_holidays
+from retrieval.analysis.time.expressions import parse_time, strip_spans
+from retrieval.models import Entity, QueryIntent, QueryType, TimeRange
+from retrieval.text.name_keys import LATIN_TITLES, query_names
+from retrieval.text.nlp import (
     STOP_WORDS,
     JapaneseNLP,
     normalize_text,
     question_focus,
     terms_from_tokens,
 )
-from retrieval.analysis.speaker import ASSISTANT, asked_speaker
-from retrieval.analysis.tense import asks_about_now, plans_ahead, relations_in
-from retrieval.analysis.timeexpr import parse_time, strip_spans
-from retrieval.models import Entity, QueryIntent, QueryType, TimeRange
 
 _TYPE_ORDER = (
     QueryType.COMPARATIVE,

@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from enum import StrEnum
 
-from retrieval.analysis.nlp import Token, english_norm, normalize_text
+from retrieval.text.nlp import Token, english_norm, normalize_text
 
 
 class AnswerKind(StrEnum):

@@ -9,7 +9,7 @@ from typing import Any
 
 from retrieval.models import (
     Fusion,
-    Norm,
+    Preset,
     QueryIntent,
     QueryType,
     Source,
@@ -17,73 +17,6 @@ from retrieval.models import (
     TimeRange,
     WindowMode,
 )
-
-
-@dataclass(frozen=True)
-class Preset:
-    """Everything the executor and reranker need to run one strategy."""
-
-    strategy: Strategy
-    sources: tuple[Source, ...]
-    fusion: Fusion
-    weights: Mapping[Source, float]
-    candidates_per_source: int = 50
-    rerank_top: int = 50
-    # Exponential age decay of the fused score: half-life in days, and how much of the score
-    # it may take away (0 = off). Off whenever the query names a past window.
-    recency_half_life_days: float = 180.0
-    recency_weight: float = 0.0
-    window: WindowMode | None = None
-    min_score: float = 0.05
-    high_score: float = 0.6
-    dedupe_threshold: float = 0.95
-    rrf_k: int = 60
-    # Per-source score normalisation (min-max unless named).
-    norms: Mapping[Source, Norm] = field(default_factory=lambda: MappingProxyType({}))
-    # Weight of the character n-gram overlap signal (ref-llmless-hybrid-rerank's `lex`).
-    lex_weight: float = 0.0
-    lex_n: int = 2
-    # Multi-hop expansion after the first wave: from the best `expand_seeds` candidates, each
-    # expansion source adds weight x (the seed's fused score, passed along the hop) to what it
-    # reaches. Empty = no expansion.
-    expansion: Mapping[Source, float] = field(default_factory=lambda: MappingProxyType({}))
-    expand_seeds: int = 5
-    # What a chain that answers passes on, as a multiple of its seed's score (rerank.hop_score):
-    # its memory gives the kind of answer the question asks for (a date, an amount) and its seed
-    # does not (retrieval.analysis.answers), or it replies to the question its seed asks.
-    answer_weight: float = 1.1
-    # What any other hop adds to the memory's own score, at most: this share of its seed's score
-    # (times the source's expansion weight and the link's kind).
-    hop_credit: float = 0.3
-    # Seats among the `rerank_top` candidates kept for each source's own best (a share each),
-    # so that no prolific source takes every seat; candidates found by the entity source alone
-    # take at most `entity_only_share`. Unfilled seats go to the best remaining by fused score.
-    quotas: Mapping[Source, float] = field(default_factory=lambda: MappingProxyType({}))
-    entity_only_share: float = 1.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "strategy": self.strategy.value,
-            "sources": [s.value for s in self.sources],
-            "fusion": self.fusion.value,
-            "weights": {s.value: w for s, w in self.weights.items()},
-            "candidates_per_source": self.candidates_per_source,
-            "rerank_top": self.rerank_top,
-            "recency_half_life_days": self.recency_half_life_days,
-            "recency_weight": self.recency_weight,
-            "window": self.window,
-            "min_score": self.min_score,
-            "dedupe_threshold": self.dedupe_threshold,
-            "norms": {s.value: n for s, n in self.norms.items()},
-            "lex_weight": self.lex_weight,
-            "expansion": {s.value: w for s, w in self.expansion.items()},
-            "expand_seeds": self.expand_seeds,
-            "answer_weight": self.answer_weight,
-            "hop_credit": self.hop_credit,
-            "max_candidates": self.rerank_top,
-            "quotas": {s.value: q for s, q in self.quotas.items()},
-            "entity_only_share": self.entity_only_share,
-        }
 
 
 def _w(**kw: float) -> Mapping[Source, float]:

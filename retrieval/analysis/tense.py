@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from retrieval.analysis.nlp import Token
+from retrieval.text.nlp import Token
 
 _EN_NOW = re.compile(
     r"\b(?:now|nowadays|these days|currently|at the moment|at present|right now|still|"

@@ -134,7 +134,7 @@ COMMANDS: tuple[Command, ...] = (
         "local agent host (retrieval serve has them at /mcp/)",
         "retrieval.cli.serve:mcp",
     ),
-    Command("migrate", "apply pending database migrations", "retrieval.cli.store:migrate"),
+    Command("migrate", "apply pending database migrations", "retrieval.cli.maintain:migrate"),
     Command(
         "prepare-model",
         "build the embedding graph into the model cache (an image build runs it)",
@@ -153,7 +153,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "retokenize",
         "make every memory's keyword terms again with this version's tokenizer",
-        "retrieval.cli.store:retokenize",
+        "retrieval.cli.maintain:retokenize",
         (batch(RETOKENIZE_BATCH, "memories"),),
         "After an upgrade that changed the index terms (the service warns at start), "
         "re-tokenize every stored memory, a namespace and a batch at a time; an interrupted run "
@@ -162,7 +162,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "reembed-turns",
         "embed the stored conversation turns in context (stores from before migration 0013)",
-        "retrieval.cli.store:embedding_pass",
+        "retrieval.cli.maintain:embedding_pass",
         (batch(REEMBED_BATCH, "turns"), ONLY_NAMESPACE),
         "Embed every stored memory that follows another (a thread, a reply_to link) "
         "again, alone and after the turn it follows, as writes do since migration 0013; a batch "
@@ -172,7 +172,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "embed-passages",
         "give the stored long memories their passages (stores from before migration 0014)",
-        "retrieval.cli.store:embedding_pass",
+        "retrieval.cli.maintain:embedding_pass",
         (batch(PASSAGES_BATCH, "memories"), ONLY_NAMESPACE),
         "Cut every stored memory longer than 2,000 characters that has no passages "
         "into passages and embed each, as writes do since migration 0014 (the memory's vector "
@@ -183,7 +183,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "ingest",
         "import memories from a JSONL file (all or nothing; an interrupted run resumes)",
-        "retrieval.cli.store:ingest",
+        "retrieval.cli.maintain:ingest",
         (
             arg("file", type=Path, help="the JSONL file, one memory a line"),
             NAMESPACE,
@@ -316,7 +316,7 @@ def stops_what_it_starts(settings: Settings) -> Iterator[None]:
     if settings.database_url or settings.pg_keep_running:
         yield
         return
-    from db.embedded import running, stop_embedded
+    from db.embedded_server import running, stop_embedded
 
     already = running(settings.data_dir)
     try:

@@ -50,8 +50,8 @@ def analyze(settings: Settings, args: argparse.Namespace) -> int:
     """`retrieval analyze TEXT`: the analysis as the API reports it (`query_intent`), the
     strategy chosen and its parameters; no database needed."""
     from retrieval.analysis.analyzer import CueDictionary, QueryAnalyzer
-    from retrieval.analysis.nlp import JapaneseNLP
     from retrieval.analysis.strategy import plan
+    from retrieval.text.nlp import JapaneseNLP
 
     nlp = JapaneseNLP(settings.spacy_model, ner=settings.ner == "spacy")
     analyzer = QueryAnalyzer(

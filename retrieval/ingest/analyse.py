@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from retrieval.analysis.names import is_name_key, name_keys
-from retrieval.analysis.nlp import JapaneseNLP, Token, memory_entities, terms_from_tokens
+from retrieval.text.name_keys import is_name_key, name_keys
+from retrieval.text.nlp import JapaneseNLP, Token, memory_entities, terms_from_tokens
 
 # Terms and entities of one text: what tokenising a memory yields.
 Analysis = tuple[list[str], list[tuple[str, float]]]
@@ -18,7 +18,7 @@ Analyser = Callable[[list[str], list[bool]], Awaitable[list[Analysis]]]
 
 def index_terms(toks: list[Token]) -> list[str]:
     """What a memory is indexed under: its words' terms, then its names' script-neutral keys
-    (retrieval.analysis.names)."""
+    (retrieval.text.name_keys)."""
     return terms_from_tokens(toks) + name_keys(toks)
 
 

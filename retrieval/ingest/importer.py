@@ -24,13 +24,13 @@ import numpy as np
 
 from db import bulk
 from db.errors import ImportInProgress
-from retrieval.analysis.nlp import TOKENIZER_VERSION, JapaneseNLP
 from retrieval.cpus import available_cpus
 from retrieval.embedding.base import Embedder
 from retrieval.errors import InvalidInput
 from retrieval.ingest.analyse import Analyser, Analysis, analyse_texts, in_threads
 from retrieval.ingest.items import MemoryIn, json_lines, parse_line, scan_jsonl
 from retrieval.ingest.vectors import check_precomputed, open_vectors
+from retrieval.text.nlp import TOKENIZER_VERSION, JapaneseNLP
 from retrieval.validation import check_namespace
 
 logger = logging.getLogger(__name__)

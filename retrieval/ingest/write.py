@@ -18,7 +18,6 @@ import numpy as np
 from db import memories
 from db.memories import MemoryRow, StoredTurn
 from db.session import session
-from retrieval.analysis.nlp import normalize_entity
 from retrieval.embedding.base import Embedder
 from retrieval.embedding.documents import embed_texts
 from retrieval.embedding.meter import EmbedMeter
@@ -27,6 +26,7 @@ from retrieval.errors import InvalidInput, StoreUnavailable
 from retrieval.ingest.analyse import Analyser, word_count
 from retrieval.ingest.items import MemoryIn
 from retrieval.ingest.turns import may_follow, predecessors
+from retrieval.text.nlp import normalize_entity
 from retrieval.validation import duplicate_ids
 
 # Given vectors, row i for item i; a None row is embedded by the write.

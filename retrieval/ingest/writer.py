@@ -27,7 +27,6 @@ import asyncpg
 from db import memories
 from db.session import session
 from retrieval import metrics as m
-from retrieval.analysis.nlp import JapaneseNLP
 from retrieval.embedding.base import Embedder
 from retrieval.embedding.meter import EmbedMeter
 from retrieval.errors import NotFound
@@ -47,6 +46,7 @@ from retrieval.ingest.write import (
 from retrieval.replicas import ReadRouter
 from retrieval.settings import Settings
 from retrieval.tenants import TenantBudget
+from retrieval.text.nlp import JapaneseNLP
 from retrieval.validation import RequestLimits, check_batch, check_namespace
 
 

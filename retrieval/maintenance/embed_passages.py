@@ -8,12 +8,12 @@ from collections.abc import Callable
 
 import asyncpg
 
-from db import passages as db_passages
-from retrieval.analysis.passages import SPLIT_ABOVE
+from db import pass_passages as db_passages
 from retrieval.embedding.base import Embedder
 from retrieval.embedding.documents import embed_texts
 from retrieval.embedding.texts import recipe
 from retrieval.maintenance.passes import batches, finish
+from retrieval.text.passages import SPLIT_ABOVE
 
 # Long memories per transaction (each tens of passages).
 BATCH = 20

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import asyncpg
 
 from db import meta
-from db import terms as db_terms
+from db import pass_terms as db_terms
 
 # Fetches the next rows of a namespace after a memory id, at most a batch of them (each has "id").
 Fetch = Callable[[asyncpg.Connection, str, int, int], Awaitable[list[asyncpg.Record]]]

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import asyncpg
 
-from db import turn_vectors as db_turns
+from db import pass_turn_vectors as db_turns
 from retrieval.embedding.base import Embedder
 from retrieval.embedding.documents import embed_texts
 from retrieval.embedding.texts import recipe

@@ -11,11 +11,11 @@ from collections.abc import Callable
 
 import asyncpg
 
-from db import terms as db_terms
-from retrieval.analysis.nlp import TOKENIZER_VERSION, JapaneseNLP
+from db import pass_terms as db_terms
 from retrieval.embedding.texts import memory_text
 from retrieval.ingest.analyse import index_terms, word_count
 from retrieval.maintenance.passes import batches
+from retrieval.text.nlp import TOKENIZER_VERSION, JapaneseNLP
 
 logger = logging.getLogger(__name__)
 

@@ -6,11 +6,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from retrieval.analysis.strategy import Preset
-from retrieval.models import ANSWERS_QUESTION, EXPANSION_SOURCES, Candidate, Fused, Hop, Source
+from retrieval.models import (
+    ANSWERS_QUESTION,
+    EXPANSION_SOURCES,
+    Candidate,
+    Fused,
+    Hop,
+    Preset,
+    Source,
+)
+from retrieval.rank.chat_side import speaker_share
 from retrieval.rank.fusion import fuse_first_wave
 from retrieval.rank.lexical import blend_lex, lex_highlights, lex_inputs, lex_signal
-from retrieval.rank.speaker import speaker_share
 
 # How much of a memory's own fused score still counts when a chain stands for it.
 OWN_SHARE = 0.25

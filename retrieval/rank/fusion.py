@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from retrieval.analysis.strategy import Preset
-from retrieval.models import EXPANSION_SOURCES, Candidate, Fused, Fusion, Norm, Source
+from retrieval.models import EXPANSION_SOURCES, Candidate, Fused, Fusion, Norm, Preset, Source
 
 
 def minmax(scores: Sequence[float]) -> list[float]:

@@ -2,7 +2,7 @@
 signal reads of a long memory.
 
 A memory of at most PASSAGE_MAX_CHARS characters is its own highlight. A longer one is cut as
-its passages are (retrieval.analysis.passages.pack: the spans its stored passages have, unless
+its passages are (retrieval.text.passages.pack: the spans its stored passages have, unless
 they were made by an older cut) and each span is scored by how much of the query it covers
 (the query's character bigrams it holds, read as the reranker's n-grams are: NFKC, lower case,
 letters and digits only; each weighted by BM25's IDF among the memory's spans, so that the
@@ -38,8 +38,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from retrieval.analysis.passages import PASSAGE_MAX_CHARS, Span, pack
 from retrieval.cache import ByteLRU
+from retrieval.text.passages import PASSAGE_MAX_CHARS, Span, pack
 
 K = TypeVar("K")
 

@@ -26,13 +26,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from retrieval.analysis.nlp import STOP_WORDS, english_norms
 from retrieval.analysis.tense import relations_in
 from retrieval.cache import ByteLRU
 from retrieval.embedding.base import normalise
 from retrieval.models import Source
 from retrieval.rank.lexical import LEX_MAX_CHARS
 from retrieval.rank.window import Scored, window_first
+from retrieval.text.nlp import STOP_WORDS, english_norms
 
 # Two memories stating one thing are at least this close (multilingual-e5: a move to Osaka and
 # one to Kyoto 0.87; unrelated memories of a store 0.75-0.80 on average, some far closer).

@@ -8,11 +8,10 @@ from collections.abc import Collection, Hashable, Mapping, Sequence
 
 import numpy as np
 
-from retrieval.analysis.passages import SPLIT_ABOVE, Span
-from retrieval.analysis.strategy import Preset
 from retrieval.cache import ByteLRU
-from retrieval.models import Candidate, Source
+from retrieval.models import Candidate, Preset, Source
 from retrieval.rank.highlight import clean, focus_all, weighted_coverage
+from retrieval.text.passages import SPLIT_ABOVE, Span
 
 # The n-gram signal reads at most this many characters of a memory: a 100k-character memory
 # holds nearly every common n-gram anyway, and its n-grams cost ~44 ms to make and ~7 MB to

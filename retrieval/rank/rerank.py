@@ -11,20 +11,20 @@ from datetime import datetime
 
 import numpy as np
 
-from retrieval.analysis.passages import Span
-from retrieval.analysis.strategy import Preset
 from retrieval.embedding.base import normalise
 from retrieval.models import (
     ADDABLE_SOURCES,
     EXPANSION_SOURCES,
     Candidate,
     Fused,
+    Preset,
     Relevance,
     ScoredResult,
     Source,
     TimeRange,
     WindowMode,
 )
+from retrieval.rank.chat_side import speaker_share
 from retrieval.rank.expansion import Expanded, expand
 from retrieval.rank.fusion import fuse_first_wave
 from retrieval.rank.latest import latest_first
@@ -37,7 +37,6 @@ from retrieval.rank.lexical import (
     lex_inputs,
     lex_signal,
 )
-from retrieval.rank.speaker import speaker_share
 from retrieval.rank.window import (
     NEAR_WINDOW_FLOOR,
     Scored,
@@ -46,6 +45,7 @@ from retrieval.rank.window import (
     window_first,
     window_misread,
 )
+from retrieval.text.passages import Span
 
 _SCORE_NAMES = {
     Source.VECTOR: "cos",

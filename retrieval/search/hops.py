@@ -9,10 +9,10 @@ from typing import Any
 import asyncpg
 
 from retrieval.analysis.answers import AnswerKind, asks_about, gives, mentions
-from retrieval.analysis.nlp import normalize_entity
 from retrieval.models import ANSWERS_QUESTION, Candidate, Hop, Source
 from retrieval.search.contents import columns
 from retrieval.search.run import COLS, WHERE, Given, SearchRun, Skip, candidates, leg_connection
+from retrieval.text.nlp import normalize_entity
 
 # An entity named by more memories than this (or than this share of the namespace, at least
 # five) says nothing about which ones belong together: プロジェクト in a diary of projects.

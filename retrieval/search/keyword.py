@@ -90,7 +90,7 @@ async def query_terms(run: SearchRun, conn: asyncpg.Connection) -> list[asyncpg.
 
 
 def term_groups(intent: QueryIntent, terms: list[str]) -> list[int]:
-    """Each term's group: a name's word and keys share one (retrieval.analysis.names), every
+    """Each term's group: a name's word and keys share one (retrieval.text.name_keys), every
     other term is a group of its own."""
     of: dict[str, int] = {}
     for g, name in enumerate(intent.names):

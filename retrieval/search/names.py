@@ -1,6 +1,6 @@
 """The names leg: character n-gram (pg_trgm) matches of names and model numbers that word
 segmentation splits badly, and the memories holding the question's people's names in another
-script (their keys, retrieval.analysis.names), each name weighted by how rare it is."""
+script (their keys, retrieval.text.name_keys), each name weighted by how rare it is."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import asyncpg
 
-from retrieval.analysis.names import SOUND_PREFIX
 from retrieval.models import Candidate, QueryIntent, Source
 from retrieval.search.run import COLS, WHERE, Given, SearchRun, Skip, candidates, leg_connection
+from retrieval.text.name_keys import SOUND_PREFIX
 
 MAX_TRIGRAM_TERMS = 6
 

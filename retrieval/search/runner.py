@@ -18,8 +18,6 @@ import asyncpg
 import numpy as np
 
 from retrieval import metrics as m
-from retrieval.analysis.passages import SPLIT_ABOVE
-from retrieval.analysis.strategy import Preset
 from retrieval.embedding.query import EmbeddingBusy
 from retrieval.errors import StoreUnavailable
 from retrieval.models import (
@@ -27,6 +25,7 @@ from retrieval.models import (
     DEGRADING,
     FAILED,
     Candidate,
+    Preset,
     Source,
     SourceReport,
     SourceStatus,
@@ -35,6 +34,7 @@ from retrieval.replicas import ReadRouter
 from retrieval.search.legs import TEXT_ONLY_SOURCES, SourceFn
 from retrieval.search.neighbours import surrounding
 from retrieval.search.run import Given, SearchRun, Skip, leg_connection
+from retrieval.text.passages import SPLIT_ABOVE
 from retrieval_client.models import ContextOut
 
 logger = logging.getLogger(__name__)

@@ -6,9 +6,9 @@ from datetime import datetime
 import pytest
 
 from retrieval.analysis.analyzer import CueDictionary, QueryAnalyzer
-from retrieval.analysis.nlp import english_norm
 from retrieval.analysis.strategy import select_strategy
 from retrieval.models import QueryType, Strategy
+from retrieval.text.nlp import english_norm
 from tests.helpers import dev_case_ok, shared_file
 
 NOW = datetime.fromisoformat("2026-11-22T12:00:00+09:00")

@@ -16,7 +16,7 @@ from retrieval.analysis.answers import (
     gives,
     mentions,
 )
-from retrieval.analysis.nlp import question_focus
+from retrieval.text.nlp import question_focus
 
 DATE, AMOUNT = AnswerKind.DATE, AnswerKind.AMOUNT
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from retrieval.analysis.timeexpr import parse_time
+from retrieval.analysis.time.expressions import parse_time
 from retrieval.models import TIME_MAX, TIME_MIN
 from tests.helpers import UNHOLDABLE_DATES
 
@@ -172,7 +172,7 @@ def test_time_expression_scan_is_linear_in_the_query(unit):
     """Before: every pattern could start a number inside a run of digits and read the rest of
     it (4,000 digits: 2.6 s in the analyzer), and each atom was checked against every earlier
     one. Eight times the text must cost well under the 64 times of a quadratic scan."""
-    from retrieval.analysis.timeatoms import scan
+    from retrieval.analysis.time.atoms import scan
 
     short, long = unit * (2000 // len(unit)), unit * (16000 // len(unit))
     ratio = _best_of(scan, long) / max(_best_of(scan, short), 1e-4)

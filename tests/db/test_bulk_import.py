@@ -319,7 +319,7 @@ def test_cli_reports_a_database_failure_without_a_traceback(rt, tmp_path, monkey
 
 
 async def test_an_import_publishes_long_memories_with_their_passages(rt, ns, tmp_path):
-    from retrieval.analysis.passages import split_passages
+    from retrieval.text.passages import split_passages
     from tests.rank.test_passages import LONG
 
     f = tmp_path / "long.jsonl"

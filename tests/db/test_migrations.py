@@ -70,7 +70,7 @@ async def test_upgrade_fills_postings_for_existing_memories(rt, tmp_path):
 
 def test_concurrent_migrate_from_two_processes(tmp_path):
     """Two processes migrating a fresh database at once: one applies, the other waits, both succeed."""
-    from db.embedded import embedded_dsn
+    from db.embedded_server import embedded_dsn
 
     dsn = embedded_dsn(tmp_path / "fresh")
     code = (
@@ -95,7 +95,7 @@ def test_concurrent_migrate_from_two_processes(tmp_path):
     assert all(p.returncode == 0 for p in procs), [o[1][-500:] for o in outs]
     applied = sorted(json.loads(o[0]) for o in outs)
     assert applied[0] == [] and applied[1] == [m.version for m in migrations.load_migrations()]
-    from db.embedded import stop_embedded
+    from db.embedded_server import stop_embedded
 
     stop_embedded(tmp_path / "fresh")
 

@@ -35,7 +35,7 @@ DOCS = [
 
 @pytest.fixture(scope="module")
 async def cluster(tmp_path_factory, nlp, embedder):
-    from db.embedded import embedded_dsn, make_standby, stop_embedded
+    from db.embedded_server import embedded_dsn, make_standby, stop_embedded
 
     base = tmp_path_factory.mktemp("repl")
     primary_dir, standby_dir = base / "primary", base / "standby"
@@ -147,7 +147,7 @@ async def test_searches_go_to_the_standby_and_a_read_after_a_write_sees_it(clust
 
 
 async def test_a_dead_standby_costs_a_fallback_not_an_error_and_is_used_again_when_back(cluster):
-    from db.embedded import embedded_dsn, stop_embedded
+    from db.embedded_server import embedded_dsn, stop_embedded
 
     rt, client, standby, standby_dir = cluster
     await client.post("/v1/memories", json={"namespace": "repl2", "memories": DOCS})

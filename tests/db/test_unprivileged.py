@@ -109,6 +109,6 @@ def test_an_unprivileged_user_starts_the_service_with_the_sample(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
-        from db.embedded import stop_embedded
+        from db.embedded_server import stop_embedded
 
         stop_embedded(home / "db")

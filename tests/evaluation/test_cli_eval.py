@@ -198,7 +198,7 @@ README_QUERY = "先週のジムでのトレーニング"
 @pytest.mark.parametrize("day", range(7))
 def test_readme_query_has_a_gym_session_last_week_on_any_weekday(day):
     """The sample is loaded 'now': whatever weekday that is, 先週 holds a gym memory."""
-    from retrieval.analysis.timeexpr import parse_time
+    from retrieval.analysis.time.expressions import parse_time
     from retrieval.ingest.sample import sample_items
 
     now = datetime.fromisoformat("2026-11-23T08:30:00+09:00") + timedelta(days=day)

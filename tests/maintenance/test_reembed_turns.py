@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from pgvector import Vector
 
-from db import meta, turn_vectors
+from db import meta
+from db import pass_turn_vectors as turn_vectors
 from retrieval.maintenance.reembed_turns import reembed_turns
 from tests.helpers import ingest_items as _ingest
 

@@ -3,12 +3,12 @@ resumes where it stopped."""
 
 import logging
 
-from db import terms as db_terms
-from retrieval.analysis.nlp import TOKENIZER_VERSION
+from db import pass_terms as db_terms
 from retrieval.cli import main
 from retrieval.ingest.items import parse_items
 from retrieval.maintenance.retokenize import outdated, retokenize
 from retrieval.models import RetrievalOptions, Strategy
+from retrieval.text.nlp import TOKENIZER_VERSION
 
 TEXTS = [
     "Melanie painted a sunrise over the lake last year.",

@@ -5,7 +5,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from retrieval.analysis.nlp import memory_entities
 from retrieval.analysis.strategy import HYBRID
 from retrieval.ingest.items import parse_items
 from retrieval.models import Candidate, Fused, Hop, RetrievalOptions, ScoredResult, Source
@@ -14,6 +13,7 @@ from retrieval.rank.rerank import admit, diversify
 from retrieval.search.newest import recent, states
 from retrieval.search.run import Skip
 from retrieval.search.vector import vector_global
+from retrieval.text.nlp import memory_entities
 from tests.fakes import cand
 from tests.helpers import leg_context
 
@@ -475,8 +475,8 @@ async def test_the_entity_hop_needs_no_other_leg(rt, ns):
 async def test_the_entity_source_does_not_start_from_a_long_memory(rt, ns):
     """An article names dozens of things; sharing one with it says little. A long seed alone:
     the source skips; beside a short seed, only the short one leads anywhere."""
-    from retrieval.analysis.passages import SPLIT_ABOVE
     from retrieval.search.hops import entity
+    from retrieval.text.passages import SPLIT_ABOVE
 
     filler = "会議では予定と担当と進め方をひとつずつ確かめ、次の週の作業を決めた。" * 80
     items = [

@@ -10,17 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrieval.analysis.passages import (
-    _END,
-    OVERLAP_MAX_CHARS,
-    PASSAGE_MAX_CHARS,
-    SPLIT_ABOVE,
-    Span,
-    pack,
-    sentence_ends,
-    sentences,
-    split_passages,
-)
 from retrieval.analysis.strategy import KEYWORD_BOOST
 from retrieval.embedding.texts import mean_direction
 from retrieval.ingest.items import parse_items
@@ -37,6 +26,17 @@ from retrieval.rank.highlight import (
 )
 from retrieval.rank.lexical import highlights, lex_highlights
 from retrieval.rank.rerank import rerank
+from retrieval.text.passages import (
+    _END,
+    OVERLAP_MAX_CHARS,
+    PASSAGE_MAX_CHARS,
+    SPLIT_ABOVE,
+    Span,
+    pack,
+    sentence_ends,
+    sentences,
+    split_passages,
+)
 from retrieval_client.models import HighlightOut, Relevance, ResultOut
 from tests.fakes import cand
 from tests.helpers import ingest_items
@@ -390,7 +390,7 @@ async def test_embed_passages_gives_stored_long_memories_theirs_and_resumes(rt, 
     from pgvector import Vector
 
     from db import meta
-    from db import passages as db_passages
+    from db import pass_passages as db_passages
     from retrieval.maintenance.embed_passages import embed_passages
 
     docs = [{"id": f"d{i}", "content": LONG.replace("。", f"。{i}", 3)} for i in range(2)]

@@ -13,7 +13,7 @@ import psutil
 import pytest
 from pydantic import ValidationError
 
-from db.embedded import memory_settings, stop_embedded
+from db.embedded_server import memory_settings, stop_embedded
 from retrieval.settings import Settings
 
 GB = 2**30
@@ -76,7 +76,7 @@ async def test_the_test_server_runs_with_the_auto_size(settings) -> None:
 def _start_in_a_new_process(data_dir, size: str | None) -> str:
     """embedded_dsn as another process calls it (the server outlives that process)."""
     out = subprocess.run(
-        [sys.executable, "-c", "import sys; from db.embedded import embedded_dsn; "
+        [sys.executable, "-c", "import sys; from db.embedded_server import embedded_dsn; "
          "print(embedded_dsn(sys.argv[1], None if sys.argv[2] == '-' else sys.argv[2]))",
          str(data_dir), size or "-"],
         check=True, capture_output=True, text=True, timeout=120,

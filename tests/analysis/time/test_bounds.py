@@ -4,7 +4,7 @@ from datetime import date, datetime
 
 import pytest
 
-from retrieval.analysis.timeexpr import parse_time, strip_spans
+from retrieval.analysis.time.expressions import parse_time, strip_spans
 
 NOW = datetime.fromisoformat("2026-11-22T12:00:00+09:00")
 

@@ -1,7 +1,7 @@
 """The scanner of time expressions: atoms (a year, a month, a weekday, a holiday …) in text.
 
 Each atom is found by one pattern of the table below, most specific first; an atom never
-overlaps one found before it (一昨日 is not 昨日, 今年度 is not 今年). `retrieval.analysis.timeexpr`
+overlaps one found before it (一昨日 is not 昨日, 今年度 is not 今年). `retrieval.analysis.time.expressions`
 composes neighbouring atoms into windows.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from retrieval.analysis.calendar_ja import ERA_LETTERS, HOLIDAY_NAMES
+from retrieval.analysis.time.calendar_ja import ERA_LETTERS, HOLIDAY_NAMES
 
 LIFE_STAGES = (
     "子供の頃",
@@ -407,7 +407,7 @@ _TABLE: list[tuple[str, str, Builder]] = [
     ),
     ("year", r"(?i)\b(?:in|of|during) (?P<y>\d{4})\b", lambda m: ("abs", int(m["y"]))),
     (  # a year after a bound's word (since 2025, before 2023) or ending a range (2020 to 2023):
-        # the year alone; the bound's words are read by retrieval.analysis.timebounds
+        # the year alone; the bound's words are read by retrieval.analysis.time.bounds
         "year",
         r"(?i)(?:"
         + "|".join(
@@ -452,7 +452,7 @@ def _fy_of_era(m: re.Match[str]) -> int:
         era, n = m["era"], m["en"]
     else:
         era, n = ERA_LETTERS[m["el"].upper()], m["eln"]
-    from retrieval.analysis.calendar_ja import era_year
+    from retrieval.analysis.time.calendar_ja import era_year
 
     span = era_year(era, 1 if n == "元" else kanji_to_int(n))
     if span is None:

@@ -29,8 +29,8 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
-from retrieval.analysis.nlp import STOP_WORDS, Token, terms_from_tokens
 from retrieval.models import QueryName
+from retrieval.text.nlp import STOP_WORDS, Token, terms_from_tokens
 
 # Index terms of name keys: a prefix no word's term has (Sudachi never makes one token of kanji
 # and Latin letters), so that the keyword leg's questions never meet them by accident.

@@ -2,7 +2,8 @@
 
 import pytest
 
-from retrieval.analysis.names import (
+from retrieval.ingest.analyse import index_terms, word_count
+from retrieval.text.name_keys import (
     READING_PREFIX,
     SOUND_PREFIX,
     fold,
@@ -11,7 +12,6 @@ from retrieval.analysis.names import (
     romaji,
     skeleton,
 )
-from retrieval.ingest.analyse import index_terms, word_count
 
 
 def keys(nlp, text: str) -> set[str]:

@@ -1,6 +1,6 @@
 """Time expressions in Japanese and English, resolved against `now` in a time zone.
 
-Two steps. The scanner (`retrieval.analysis.timeatoms`) finds atoms — a year (2025年, 令和5年, 去年,
+Two steps. The scanner (`retrieval.analysis.time.atoms`) finds atoms — a year (2025年, 令和5年, 去年,
 3年前), a fiscal year, a month (先月, 10月, October), a week, a weekday, a part of a month or
 year (下旬, 月末, 年明け, early), a day (昨日, 3日前, 11/3), a season, a holiday, a fuzzy marker
 (頃, about) — each anywhere in the text. The composer here joins atoms that stand next to each
@@ -20,9 +20,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from retrieval.analysis.timeatoms import LIFE_STAGES, Atom, kanji_to_int, scan
-from retrieval.analysis.timebounds import Bound, Marked, bounded, joined, marked, spanning
-from retrieval.analysis.timewindows import Ctx, Window, compose
+from retrieval.analysis.time.atoms import LIFE_STAGES, Atom, kanji_to_int, scan
+from retrieval.analysis.time.bounds import Bound, Marked, bounded, joined, marked, spanning
+from retrieval.analysis.time.windows import Ctx, Window, compose
 from retrieval.models import TIME_MAX, TIME_MIN, Granularity, TimeRange, time_in_bounds
 
 __all__ = ["LIFE_STAGES", "TimeParse", "kanji_to_int", "parse_time", "strip_spans"]

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from retrieval.analysis import calendar_ja as cal
-from retrieval.analysis.timeatoms import Atom
+from retrieval.analysis.time import calendar_ja as cal
+from retrieval.analysis.time.atoms import Atom
 from retrieval.models import Granularity
 
 __all__ = ["Ctx", "Window", "compose"]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from retrieval.analysis.nlp import english_norm, english_norms
+from retrieval.text.nlp import english_norm, english_norms
 from tests.helpers import shared_file
 
 EDGE_CASES = [

@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 # Bump when the index terms or entities change: cached eval indexes are rebuilt, and a store
 # indexed by an older version is told to re-tokenize (`retrieval retokenize`).
 # 5: English phrases Sudachi reads as one katakana word are their words (want to -> want).
-# 6: a memory's terms hold a script-neutral key per person's name (retrieval.analysis.names).
+# 6: a memory's terms hold a script-neutral key per person's name (retrieval.text.name_keys).
 # 7: a name's consonant skeleton is keyed by the script it was heard from (Latin or kana).
 TOKENIZER_VERSION = "7"
 
@@ -130,7 +130,7 @@ class JapaneseNLP:
         # here (3.3x the time: 5.35 against 1.64 ms a JSQuAD passage, measured). Where the
         # pipeline's tokenizer is that one, its SudachiPy tokenizer (same dictionary, same
         # split mode) is called directly: the same surfaces, normal forms and tags (checked on
-        # 3,036 passages and questions, tests/analysis/test_nlp.py).
+        # 3,036 passages and questions, tests/text/test_nlp.py).
         inner = getattr(self._nlp.tokenizer, "tokenizer", None)
         self._sudachi: Any = inner if callable(getattr(inner, "tokenize", None)) else None
         self._tags: dict[int, str] = {}
@@ -161,7 +161,7 @@ class JapaneseNLP:
                     morphemes = []
                     for m in self._sudachi.tokenize(chunk):
                         tag = tags.get(m.part_of_speech_id()) or self._tag(m)
-                        # A name's reading (retrieval.analysis.names); only names pay for it.
+                        # A name's reading (retrieval.text.name_keys); only names pay for it.
                         reading = m.reading_form() if "人名" in tag else ""
                         morphemes.append((m.surface(), m.normalized_form(), tag, reading))
                 out.extend(

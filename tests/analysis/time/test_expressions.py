@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.analysis.timeexpr import kanji_to_int, parse_time, strip_spans
+from retrieval.analysis.time.expressions import kanji_to_int, parse_time, strip_spans
 from retrieval.models import Granularity
 from tests.helpers import covers, dev_case_ok, shared_file
 
@@ -102,7 +102,7 @@ def _cases(path):
     return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
 
 
-CASES = Path(__file__).parent.parent / "data" / "time_cases.jsonl"
+CASES = Path(__file__).parents[2] / "data" / "time_cases.jsonl"
 
 
 @pytest.mark.parametrize("case", _cases(CASES), ids=lambda c: c["q"])
