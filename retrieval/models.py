@@ -1,4 +1,6 @@
-"""Plain data of the read path: enums and frozen dataclasses (pydantic lives at the edges)."""
+"""Plain data of the read path: enums and dataclasses. Pydantic lives at the edges: the API
+(retrieval.api) reads these into the light client's answer models, the one place that knows the
+wire format."""
 
 from __future__ import annotations
 
@@ -9,16 +11,38 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-# The API's vocabulary (how a retrieval searched, a result's label, how a source went) is defined
-# once, with the answer models, in the light client; the core uses it as its own.
-from retrieval_client.models import (
-    BudgetOut,
-    HighlightOut,
-    Relevance,
-    ResultOut,
-    SourceStatus,
-    Strategy,
-)
+
+class Strategy(StrEnum):
+    """How a retrieval searched: chosen from the question, or forced by the caller."""
+
+    SEMANTIC_ONLY = "semantic_only"
+    KEYWORD_BOOST = "keyword_boost"
+    TEMPORAL = "temporal"
+    HYBRID = "hybrid"
+    # Baselines for evaluation: a single leg, no fusion.
+    VECTOR_ONLY = "vector_only"
+    KEYWORD_ONLY = "keyword_only"
+
+
+class Relevance(StrEnum):
+    """A result's label, strongest first."""
+
+    HIGH = "high"  # a strong score, not a near-duplicate of a better result
+    MEDIUM = "medium"
+    LOW = "low"  # a weak score (below 0.05): listed, but little says it answers
+    NEAR_WINDOW = "near_window"  # just outside a fuzzy window (お盆の頃, around March)
+    OUTSIDE_WINDOW = "outside_window"
+
+
+class SourceStatus(StrEnum):
+    """How one search source went."""
+
+    OK = "ok"
+    SKIPPED = "skipped"  # nothing to search for (no keywords, no window, no seeds)
+    TIMEOUT = "timeout"
+    ERROR = "error"
+    UNAVAILABLE = "unavailable"  # the server lacks what it needs (pg_trgm)
+
 
 # The instants this service reasons about: a time expression, a `now` and a stored timestamp
 # must lie in [TIME_MIN, TIME_MAX). datetime itself spans years 1-9999, but a local time near
@@ -392,12 +416,66 @@ class RetrievalOptions:
     tenant: str | None = None
 
 
-def result_of(r: ScoredResult, *, details: bool = True) -> ResultOut:
-    """The answer's view of a reranked candidate (its per-signal scores only with details): the
-    API's own model (retrieval_client.models), one definition read by the client and built
-    here."""
+@dataclass(frozen=True)
+class Neighbour:
+    """A memory beside a result in its thread or reply chain: position -1 is just before it, 1
+    just after (the API calls a result's neighbours its `context`)."""
+
+    id: str
+    content: str
+    title: str | None
+    memory_type: str
+    created_at: datetime
+    position: int
+
+
+@dataclass(frozen=True)
+class Highlight:
+    """The part of a result's content that answers: content[start:end]."""
+
+    start: int
+    end: int
+    text: str
+
+
+@dataclass
+class Budget:
+    """How the results were fitted into options.max_chars: how many whole, which cut to their
+    highlight, which left out."""
+
+    max_chars: int
+    used_chars: int = 0
+    whole: int = 0
+    cut: list[str] = field(default_factory=list)
+    omitted: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Result:
+    """One result as the answer gives it (its neighbours are added once it is ranked)."""
+
+    id: str
+    content: str
+    title: str | None
+    memory_type: str
+    source_type: str
+    metadata: dict[str, Any]
+    created_at: datetime
+    score: float
+    signals: dict[str, float]
+    sources: list[str]
+    relevance: Relevance
+    reason: str
+    context: list[Neighbour] = field(default_factory=list)
+    highlight: Highlight | None = None
+    # `content` is only the highlight: the whole did not fit the budget.
+    cut: bool = False
+
+
+def result_of(r: ScoredResult, *, details: bool = True) -> Result:
+    """The answer's view of a reranked candidate (its per-signal scores only with details)."""
     c = r.candidate
-    return ResultOut(
+    return Result(
         id=c.external_id,
         content=c.content,
         title=c.title,
@@ -412,7 +490,7 @@ def result_of(r: ScoredResult, *, details: bool = True) -> ResultOut:
         reason=r.reason,
         highlight=None
         if r.highlight is None
-        else HighlightOut(
+        else Highlight(
             start=r.highlight[0],
             end=r.highlight[1],
             text=c.content[r.highlight[0] : r.highlight[1]],
@@ -442,7 +520,7 @@ class RetrievalMetadata:
     run_id: str
     params: dict[str, Any] = field(default_factory=dict)
     # What options.max_chars let through (None without a budget).
-    budget: BudgetOut | None = None
+    budget: Budget | None = None
     # Processing seconds the request cost (CPU of analysis and reranking, estimated embedding
     # of its uncached texts): what its namespace's budget is charged (retrieval.tenants).
     cost_s: float = 0.0
@@ -450,5 +528,5 @@ class RetrievalMetadata:
 
 @dataclass
 class RetrievalResponse:
-    results: list[ResultOut]
+    results: list[Result]
     metadata: RetrievalMetadata

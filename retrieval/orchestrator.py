@@ -27,6 +27,7 @@ from retrieval.models import (
     Filters,
     Preset,
     QueryIntent,
+    Result,
     RetrievalMetadata,
     RetrievalOptions,
     RetrievalResponse,
@@ -45,7 +46,6 @@ from retrieval.search.legs import SOURCES, SourceFn
 from retrieval.search.run import SearchRun
 from retrieval.search.runner import LegRunner, Searched, require_an_answer
 from retrieval.validation import RequestLimits, aware, check_request, in_zone
-from retrieval_client.models import ResultOut
 
 logger = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ class Orchestrator:
         self,
         run: SearchRun,
         scored: list[ScoredResult],
-        results: list[ResultOut],
+        results: list[Result],
         window: int,
         clock: _StageClock,
         searched: Searched,
@@ -296,7 +296,7 @@ class Orchestrator:
         namespace: str,
         meta: RetrievalMetadata,
         searched: Searched,
-        results: list[ResultOut],
+        results: list[Result],
     ) -> None:
         """Write the run record in the background (bounded; see _spawn)."""
         found = searched.per_source.values()

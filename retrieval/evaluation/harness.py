@@ -30,10 +30,9 @@ from retrieval.evaluation.indexing import (
     ensure_index,
     sub_namespace,
 )
-from retrieval.models import RetrievalOptions, Strategy
+from retrieval.models import Highlight, Result, RetrievalOptions, Strategy
 from retrieval.rank.budget import fit
 from retrieval.settings import Settings
-from retrieval_client.models import HighlightOut, ResultOut
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +63,7 @@ SELECT count(*) FROM memories WHERE namespace = $1 AND created_at >= $2 AND crea
 EVAL_BUDGET_CHARS = 4000
 
 
-def overlaps(h: HighlightOut | None, content: str, gold: str) -> bool:
+def overlaps(h: Highlight | None, content: str, gold: str) -> bool:
     """Whether a highlight (or, without one, the content given) holds part of `gold`, the
     paragraph that answers, found in `content` (the whole stored text)."""
     at = content.find(gold)
@@ -83,7 +82,7 @@ class _Parts:
         self.fitted: list[int] = []
         self.eligible = self.hits = self.kept = 0
 
-    def add(self, q: EvalQuery, rel: dict[str, int], results: list[ResultOut]) -> None:
+    def add(self, q: EvalQuery, rel: dict[str, int], results: list[Result]) -> None:
         top = results[:10]
         self.whole.append(sum(len(r.content) for r in top))
         fitted, report = fit(top, self.budget)

@@ -8,19 +8,21 @@ goes past the budget, and the report says what was cut and what was left out.
 
 from __future__ import annotations
 
-from retrieval_client.models import BudgetOut, ResultOut
+from dataclasses import replace
+
+from retrieval.models import Budget, Result
 
 
-def whole_chars(r: ResultOut) -> int:
+def whole_chars(r: Result) -> int:
     """Characters a result costs whole: its content and its context's."""
     return len(r.content) + sum(len(c.content) for c in r.context)
 
 
-def fit(results: list[ResultOut], max_chars: int) -> tuple[list[ResultOut], BudgetOut]:
+def fit(results: list[Result], max_chars: int) -> tuple[list[Result], Budget]:
     """The results that fit max_chars (best first), and what was done to fit them."""
     used = 0
-    kept: list[ResultOut] = []
-    report = BudgetOut(max_chars=max_chars, used_chars=0, whole=0, cut=[], omitted=[])
+    kept: list[Result] = []
+    report = Budget(max_chars=max_chars)
     for r in results:
         size = whole_chars(r)
         if used + size <= max_chars:
@@ -28,9 +30,7 @@ def fit(results: list[ResultOut], max_chars: int) -> tuple[list[ResultOut], Budg
             used += size
             report.whole += 1
         elif r.highlight is not None and used + len(r.highlight.text) <= max_chars:
-            kept.append(
-                r.model_copy(update={"content": r.highlight.text, "context": [], "cut": True})
-            )
+            kept.append(replace(r, content=r.highlight.text, context=[], cut=True))
             used += len(r.highlight.text)
             report.cut.append(r.id)
         else:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from retrieval_client.models import ContextOut
+from retrieval.models import Neighbour
 
 _LIVE = """x.namespace = $1 AND NOT x.is_archived AND x.searchable
       AND (x.expires_at IS NULL OR x.expires_at > now())"""
@@ -72,15 +72,15 @@ async def surrounding(
     window: int,
     *,
     timeout: float,
-) -> dict[int, list[ContextOut]]:
+) -> dict[int, list[Neighbour]]:
     """Per memory id, the live memories around it (at most `window` on each side), in order."""
     if window <= 0 or not ids:
         return {}
     rows = await conn.fetch(CONTEXT_SQL, namespace, list(ids), window, timeout=timeout)
-    out: dict[int, list[ContextOut]] = defaultdict(list)
+    out: dict[int, list[Neighbour]] = defaultdict(list)
     for r in sorted(rows, key=lambda r: (r["for_id"], r["pos"], r["created_at"])):
         out[r["for_id"]].append(
-            ContextOut(
+            Neighbour(
                 id=r["external_id"],
                 content=r["content"],
                 title=r["title"],

@@ -25,6 +25,7 @@ from retrieval.models import (
     DEGRADING,
     FAILED,
     Candidate,
+    Neighbour,
     Preset,
     Source,
     SourceReport,
@@ -35,7 +36,6 @@ from retrieval.search.legs import TEXT_ONLY_SOURCES, SourceFn
 from retrieval.search.neighbours import surrounding
 from retrieval.search.run import Given, SearchRun, Skip, leg_connection
 from retrieval.text.passages import SPLIT_ABOVE
-from retrieval_client.models import ContextOut
 
 logger = logging.getLogger(__name__)
 
@@ -259,7 +259,7 @@ class LegRunner:
 
     async def neighbours(
         self, run: SearchRun, ids: Sequence[int], window: int
-    ) -> dict[int, list[ContextOut]] | SourceReport:
+    ) -> dict[int, list[Neighbour]] | SourceReport:
         """The memories around each result (retrieval.search.neighbours), under the legs'
         deadline; a failure is reported (the results stand without them)."""
         t = time.perf_counter()
@@ -268,7 +268,7 @@ class LegRunner:
             return self._past_deadline(CONTEXT)
         run = replace(run, timeout_s=timeout)
 
-        async def attempt(on: SearchRun) -> dict[int, list[ContextOut]]:
+        async def attempt(on: SearchRun) -> dict[int, list[Neighbour]]:
             async with leg_connection(on, generic_plan=True) as conn:
                 return await asyncio.wait_for(
                     surrounding(conn, on.filters.namespace, ids, window, timeout=timeout), timeout

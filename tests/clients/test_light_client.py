@@ -81,3 +81,13 @@ def test_the_client_alone_stores_and_finds_sync_and_async(rt, client_venv):
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout)
     assert got["sync"][0] == "trip" and got["async"][0] == "gym" and got["reason"]
+
+
+def test_the_core_and_the_client_speak_the_same_words():
+    """The core's enums (retrieval.models) and the wire's (the light client's models) are two
+    definitions of one vocabulary: the API reads one into the other by value."""
+    import retrieval_client.models as wire
+    from retrieval import models as core
+
+    for name in ("Strategy", "Relevance", "SourceStatus"):
+        assert [e.value for e in getattr(core, name)] == [e.value for e in getattr(wire, name)]

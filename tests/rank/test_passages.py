@@ -14,7 +14,7 @@ from retrieval.analysis.strategy import KEYWORD_BOOST
 from retrieval.embedding.texts import mean_direction
 from retrieval.ingest.items import parse_items
 from retrieval.ingest.write import embedding_load
-from retrieval.models import RetrievalOptions, Source
+from retrieval.models import Highlight, Relevance, Result, RetrievalOptions, Source
 from retrieval.rank.budget import fit
 from retrieval.rank.highlight import (
     bm25_idf,
@@ -37,7 +37,6 @@ from retrieval.text.passages import (
     sentences,
     split_passages,
 )
-from retrieval_client.models import HighlightOut, Relevance, ResultOut
 from tests.fakes import cand
 from tests.helpers import ingest_items
 
@@ -255,8 +254,8 @@ def test_the_span_index_is_compact_and_batched_highlights_match_single_ones():
     assert focus(" " * 700, (), grams, owner=1) == (Span(0, 700, True), "")
 
 
-def _result(rid: str, content: str, hl: tuple[int, int] | None) -> ResultOut:
-    return ResultOut(
+def _result(rid: str, content: str, hl: tuple[int, int] | None) -> Result:
+    return Result(
         id=rid,
         content=content,
         title=None,
@@ -271,7 +270,7 @@ def _result(rid: str, content: str, hl: tuple[int, int] | None) -> ResultOut:
         reason="",
         highlight=None
         if hl is None
-        else HighlightOut(start=hl[0], end=hl[1], text=content[hl[0] : hl[1]]),
+        else Highlight(start=hl[0], end=hl[1], text=content[hl[0] : hl[1]]),
     )
 
 
