@@ -19,10 +19,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from pydantic import AfterValidator
 
 from retrieval.errors import InvalidInput
 from retrieval.models import TIME_MAX, TIME_MIN, TimeRange, time_in_bounds
@@ -113,12 +111,6 @@ def check_metadata(value: dict[str, Any]) -> dict[str, Any]:
     if size > METADATA_MAX_BYTES:
         raise ValueError(f"{size} bytes as JSON, more than {METADATA_MAX_BYTES}")
     return value
-
-
-SafeStr = Annotated[str, AfterValidator(check_text)]
-SafeId = Annotated[str, AfterValidator(check_id)]
-Instant = Annotated[datetime, AfterValidator(check_instant)]
-Metadata = Annotated[dict[str, Any], AfterValidator(check_metadata)]
 
 
 # A namespace (tenant): the one rule for the API, the CLI and the harness.

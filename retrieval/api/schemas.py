@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from retrieval.api.items import MAX_ID_CHARS, Instant, MemoryIn, SafeId, SafeStr
 from retrieval.errors import InvalidInput
-from retrieval.ingest.items import MAX_ID_CHARS, MemoryIn
 from retrieval.models import Strategy
 from retrieval.settings import Settings
 from retrieval.validation import (
@@ -23,9 +23,6 @@ from retrieval.validation import (
     MAX_CONTEXT_WINDOW,
     MAX_NAMESPACE_CHARS,
     NAMESPACE_PATTERN,
-    Instant,
-    SafeId,
-    SafeStr,
 )
 from retrieval_client.models import (
     JobOut,

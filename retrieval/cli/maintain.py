@@ -47,6 +47,7 @@ async def ingest(settings: Settings, args: argparse.Namespace) -> int:
     """`retrieval ingest FILE`: all or nothing, resumable; each bad line named."""
     from tqdm import tqdm
 
+    from retrieval.api.items import parse_line
     from retrieval.ingest.importer import import_file
 
     # A file is published in one transaction, as long as it takes: no server-side deadline.
@@ -57,6 +58,7 @@ async def ingest(settings: Settings, args: argparse.Namespace) -> int:
                     rt,
                     args.file,
                     namespace=args.namespace,
+                    parse=parse_line,
                     embeddings=args.embeddings,
                     workers=args.workers or 0,
                     rebuild=Rebuild(args.rebuild_indexes),

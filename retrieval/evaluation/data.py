@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from retrieval.api.items import parse_line
 from retrieval.errors import InvalidInput
-from retrieval.ingest.items import MemoryIn, json_lines, parse_line
+from retrieval.ingest.items import MemoryItem, json_lines
 from retrieval.validation import duplicate_ids
 
 
@@ -87,11 +88,11 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
     return dict(qrels)
 
 
-def read_corpus(path: Path) -> dict[str | None, list[tuple[int, MemoryIn]]]:
+def read_corpus(path: Path) -> dict[str | None, list[tuple[int, MemoryItem]]]:
     """A corpus's memories by the namespace each line names (None: the line names none), each
     with its position in the file (the row of a precomputed vector file). Every line is
     validated first; a bad one is named by its number and nothing is returned."""
-    groups: dict[str | None, list[tuple[int, MemoryIn]]] = defaultdict(list)
+    groups: dict[str | None, list[tuple[int, MemoryItem]]] = defaultdict(list)
     errors: list[dict[str, object]] = []
     ids: list[str | None] = []
     lines: list[int] = []
@@ -100,7 +101,7 @@ def read_corpus(path: Path) -> dict[str | None, list[tuple[int, MemoryIn]]]:
         if isinstance(got, list):
             errors.extend(got)
             continue
-        # An unknown top-level key lands in metadata (MemoryIn): `namespace` is the corpus's.
+        # An unknown top-level key lands in metadata (MemoryItem): `namespace` is the corpus's.
         ns = got.metadata.pop("namespace", None)
         if ns is not None and not isinstance(ns, str):
             errors.append({"line": lineno, "field": "namespace", "reason": "must be a string"})

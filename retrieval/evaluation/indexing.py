@@ -20,7 +20,7 @@ from retrieval.evaluation.data import (
     read_corpus,
 )
 from retrieval.evaluation.embedding_cache import CachedEmbedder
-from retrieval.ingest.items import MemoryIn
+from retrieval.ingest.items import MemoryItem
 from retrieval.ingest.turns import may_follow
 from retrieval.ingest.vectors import check_precomputed, open_vectors
 from retrieval.ingest.write import Vectors
@@ -141,7 +141,7 @@ async def ensure_index(
 async def _index_whole(
     rt: Any,
     embedder: CachedEmbedder,
-    groups: dict[str | None, list[tuple[int, MemoryIn]]],
+    groups: dict[str | None, list[tuple[int, MemoryItem]]],
     namespace: str,
     vectors_path: Path | None,
 ) -> None:
@@ -173,7 +173,7 @@ async def _index_whole(
 async def _index_one(
     rt: Any,
     embedder: CachedEmbedder,
-    group: list[tuple[int, MemoryIn]],
+    group: list[tuple[int, MemoryItem]],
     namespace: str,
     line_ns: str,
     key: str,
@@ -210,7 +210,7 @@ async def _dropped(rt: Any, namespace: str, drop: list[str]) -> dict[tuple[Any, 
 
 
 def _reuse(
-    embedder: Any, kept: dict[tuple[Any, ...], Any], namespace: str, items: list[MemoryIn]
+    embedder: Any, kept: dict[tuple[Any, ...], Any], namespace: str, items: list[MemoryItem]
 ) -> list[np.ndarray | None]:
     """The chunk's vectors: the stored one where the same memory was indexed before, the rest
     embedded now by the recipe (retrieval.embedding.texts). A turn that may follow another is

@@ -28,7 +28,7 @@ from retrieval.cpus import available_cpus
 from retrieval.embedding.base import Embedder
 from retrieval.errors import InvalidInput
 from retrieval.ingest.analyse import Analyser, Analysis, analyse_texts, in_threads
-from retrieval.ingest.items import MemoryIn, json_lines, parse_line, scan_jsonl
+from retrieval.ingest.items import LineParser, MemoryItem, json_lines, scan_jsonl
 from retrieval.ingest.vectors import check_precomputed, open_vectors
 from retrieval.text.nlp import TOKENIZER_VERSION, JapaneseNLP
 from retrieval.validation import check_namespace
@@ -58,17 +58,19 @@ class ImportReport:
 
 @dataclass(frozen=True)
 class _Scan:
-    """What the validation pass learnt: item count, ids, and the file's fingerprint."""
+    """What the validation pass learnt: item count, ids, and the file's fingerprint; and how
+    its lines are read (the parser the pass validated them with)."""
 
     count: int
     ids: list[str | None]
     digest: str
+    parse: LineParser
 
 
-def scan(path: Path) -> _Scan:
+def scan(path: Path, parse: LineParser) -> _Scan:
     """Validate every line; raise InvalidInput naming the bad lines (1-based)."""
-    ids = scan_jsonl(path, keep=False, max_errors=MAX_ERRORS)[1]
-    return _Scan(len(ids), ids, _file_digest(path))
+    ids = scan_jsonl(path, parse, keep=False, max_errors=MAX_ERRORS)[1]
+    return _Scan(len(ids), ids, _file_digest(path), parse)
 
 
 def _file_digest(path: Path) -> str:
@@ -122,16 +124,18 @@ async def import_file(
     path: Path,
     *,
     namespace: str,
+    parse: LineParser,
     embeddings: Path | None = None,
     workers: int = 0,
     rebuild: bulk.Rebuild = bulk.Rebuild.AUTO,
     progress: Callable[[int], None] | None = None,
     timeout_s: float | None = None,
 ) -> ImportReport:
-    """Import a JSONL file into namespace (see the module's docstring)."""
+    """Import a JSONL file into namespace (see the module's docstring); `parse` validates a
+    line (retrieval.api.items.parse_line)."""
     t0 = time.perf_counter()
     check_namespace(namespace)
-    sc = await asyncio.to_thread(scan, path)
+    sc = await asyncio.to_thread(scan, path, parse)
     logger.info("import: %d lines validated in %.1f s", sc.count, time.perf_counter() - t0)
     vectors = open_vectors(embeddings, sc.ids, rt.embedder.dim) if embeddings is not None else None
     iid = import_id(namespace, sc.digest, rt.embedder, embeddings)
@@ -174,7 +178,7 @@ async def _run(
     try:
         analyse = in_processes(executor) if executor else in_threads(rt.nlp)
         embedded = await _stage_all(
-            rt, path, iid, namespace, vectors, analyse, done, workers, progress
+            rt, path, sc.parse, iid, namespace, vectors, analyse, done, workers, progress
         )
     except InvalidInput:  # the vectors are not this model's: nothing staged is worth keeping
         await bulk.discard(conn, iid)
@@ -196,14 +200,16 @@ async def _run(
     )
 
 
-def _chunks(path: Path, after: int) -> Iterator[list[tuple[int, int, MemoryIn]]]:
+def _chunks(
+    path: Path, after: int, parse: LineParser
+) -> Iterator[list[tuple[int, int, MemoryItem]]]:
     """(line, item index, item) in chunks, for the lines after `after`."""
-    chunk: list[tuple[int, int, MemoryIn]] = []
+    chunk: list[tuple[int, int, MemoryItem]] = []
     for index, (lineno, line) in enumerate(json_lines(path)):
         if lineno <= after:
             continue
-        item = parse_line(line, lineno)
-        assert isinstance(item, MemoryIn)  # scan() validated every line
+        item = parse(line, lineno)
+        assert isinstance(item, MemoryItem)  # scan() validated every line
         chunk.append((lineno, index, item))
         if len(chunk) == CHUNK:
             yield chunk
@@ -215,6 +221,7 @@ def _chunks(path: Path, after: int) -> Iterator[list[tuple[int, int, MemoryIn]]]
 async def _stage_all(
     rt: Any,
     path: Path,
+    parse: LineParser,
     iid: str,
     namespace: str,
     vectors: np.ndarray | None,
@@ -228,7 +235,7 @@ async def _stage_all(
     embedded = 0
     checked = False
 
-    async def prepare(chunk: list[tuple[int, int, MemoryIn]]) -> tuple[list[int], list[Any], int]:
+    async def prepare(chunk: list[tuple[int, int, MemoryItem]]) -> tuple[list[int], list[Any], int]:
         items = [it for _, _, it in chunk]
         ids = [it.id or f"{iid[:12]}-{line}" for line, _, it in chunk]
         vecs = np.asarray(vectors[[i for _, i, _ in chunk]]) if vectors is not None else None
@@ -236,7 +243,7 @@ async def _stage_all(
         return [line for line, _, _ in chunk], rows, n
 
     pending: list[asyncio.Task[tuple[list[int], list[Any], int]]] = []
-    chunks = _chunks(path, done)
+    chunks = _chunks(path, done, parse)
     try:
         while True:
             while len(pending) < workers + 1 and (chunk := next(chunks, None)) is not None:

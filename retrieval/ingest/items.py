@@ -1,118 +1,88 @@
-"""What a write carries: one memory (`MemoryIn`, with its links), validated by field, from an API
-body or a JSONL file (each bad line named by its number)."""
+"""What a write carries into the core: one memory to store (`MemoryItem`, with its `Link`s), plain
+data. The API and the JSONL reader validate what callers send (retrieval.api.items) and hand
+these on; a queued job stores them as JSON and reads them back (`to_json`, `from_json`)."""
 
 from __future__ import annotations
 
 import gzip
-import json
-import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from typing import Any
 
 from retrieval.errors import InvalidInput
-from retrieval.validation import Instant, Metadata, SafeId, SafeStr, duplicate_ids
+from retrieval.validation import duplicate_ids
 
-MAX_CONTENT_CHARS = 100_000
-MAX_ID_CHARS = 512
-
-
-class LinkIn(BaseModel):
-    """A link from this memory to another of the same namespace (stored or not yet)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    to: SafeId = Field(min_length=1, max_length=MAX_ID_CHARS)
-    label: Literal["reply_to", "same_topic", "caused_by", "continuation"] = "same_topic"
+# How one memory relates to another (a link's label).
+LINK_LABELS = ("reply_to", "same_topic", "caused_by", "continuation")
 
 
-class MemoryIn(BaseModel):
-    """One memory to store; `text` is accepted as another name for `content`."""
+@dataclass(frozen=True)
+class Link:
+    """A link from a memory to another of the same namespace (stored or not yet)."""
 
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+    to: str
+    label: str = "same_topic"
 
-    id: SafeId | None = Field(default=None, min_length=1, max_length=MAX_ID_CHARS)
-    content: SafeStr = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
-    title: SafeStr | None = Field(default=None, max_length=1000)
-    created_at: Instant | None = None
-    expires_at: Instant | None = None
-    memory_type: SafeStr = Field(default="semantic", min_length=1, max_length=64)
-    source_type: SafeStr = Field(default="unknown", min_length=1, max_length=64)
-    metadata: Metadata = Field(default_factory=dict)
-    links: list[LinkIn] = Field(default_factory=list, max_length=100)
-    thread: SafeStr | None = Field(default=None, min_length=1, max_length=256)
-    # Names this memory is about; extracted from its text when not given.
-    entities: list[Annotated[SafeStr, Field(min_length=1, max_length=200)]] | None = Field(
-        default=None, max_length=50
-    )
 
-    @model_validator(mode="before")
+@dataclass(frozen=True)
+class MemoryItem:
+    """One memory to store, validated; `entities` None: extracted from its text."""
+
+    content: str
+    id: str | None = None
+    title: str | None = None
+    created_at: datetime | None = None
+    expires_at: datetime | None = None
+    memory_type: str = "semantic"
+    source_type: str = "unknown"
+    metadata: dict[str, Any] = field(default_factory=dict)
+    links: tuple[Link, ...] = ()
+    thread: str | None = None
+    entities: tuple[str, ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The item as JSON (instants in ISO 8601), without the fields it leaves unset."""
+        out = {k: v for k, v in asdict(self).items() if v is not None}
+        for k in ("created_at", "expires_at"):
+            if k in out:
+                out[k] = out[k].isoformat()
+        out["links"] = [asdict(ln) for ln in self.links]
+        if self.entities is not None:
+            out["entities"] = list(self.entities)
+        return out
+
     @classmethod
-    def _text_alias(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "text" in data:
-            data = dict(data)
-            text = data.pop("text")
-            if "content" in data:
-                raise ValueError("give either content or text, not both")
-            data["content"] = text
-        if isinstance(data, dict):
-            # Unknown top-level keys (a corpus's `source`, say) are kept, in metadata.
-            extra = {k: data[k] for k in data if k not in cls.model_fields}
-            if extra:
-                data = {k: v for k, v in data.items() if k not in extra}
-                meta = data.get("metadata") or {}
-                if isinstance(meta, dict):
-                    data["metadata"] = {**extra, **meta}
-        return data
+    def from_json(cls, d: dict[str, Any]) -> MemoryItem:
+        """An item written by to_json (or the packaged sample): trusted, validated before."""
 
-    @field_validator("id", mode="before")
-    @classmethod
-    def _id_str(cls, v: Any) -> Any:
-        return str(v) if isinstance(v, int) and not isinstance(v, bool) else v
+        def instant(v: Any) -> datetime | None:
+            return datetime.fromisoformat(v) if isinstance(v, str) else v
 
-    @field_validator("content")
-    @classmethod
-    def _not_blank(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("must not be empty or whitespace")
-        return v
+        return cls(
+            content=d["content"],
+            id=None if d.get("id") is None else str(d["id"]),
+            title=d.get("title"),
+            created_at=instant(d.get("created_at")),
+            expires_at=instant(d.get("expires_at")),
+            memory_type=d.get("memory_type", "semantic"),
+            source_type=d.get("source_type", "unknown"),
+            metadata=dict(d.get("metadata") or {}),
+            links=tuple(Link(ln["to"], ln.get("label", "same_topic")) for ln in d.get("links", [])),
+            thread=d.get("thread"),
+            entities=None if d.get("entities") is None else tuple(d["entities"]),
+        )
 
-
-def _errors_of(exc: ValidationError, **where: int) -> list[dict[str, object]]:
-    out: list[dict[str, object]] = []
-    for e in exc.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(item)"
-        out.append({**where, "field": loc, "reason": e["msg"]})
-    return out
-
-
-def parse_items(raw: Iterable[Any]) -> list[MemoryIn]:
-    """Validate API items; raise InvalidInput naming every bad item index and field."""
-    items, errors = [], []
-    for i, obj in enumerate(raw):
-        try:
-            items.append(MemoryIn.model_validate(obj))
-        except ValidationError as exc:
-            errors.extend(_errors_of(exc, index=i))
-    errors.extend(
-        duplicate_ids([it.id for it in items], range(len(items)), key="index", noun="index")
-    )
-    if errors:
-        raise InvalidInput(errors)
-    return items
-
-
-# Bytes that are not UTF-8, as `surrogateescape` decodes them (U+DC80-U+DCFF): decoded UTF-8
-# text never holds a lone surrogate, so these can only come from such bytes.
-_UNDECODABLE_RE = re.compile("[\udc80-\udcff]")
+    def dated(self, at: datetime) -> MemoryItem:
+        """The item with `at` as its time where it gave none."""
+        return self if self.created_at is not None else replace(self, created_at=at)
 
 
 def json_lines(path: Path) -> Iterator[tuple[int, str]]:
     """The non-blank lines of a file (gzipped when its name ends in .gz), with their 1-based
-    numbers (bytes that are not UTF-8 are kept for parse_line to name, not raised at the
-    first one)."""
+    numbers (bytes that are not UTF-8 are kept, as surrogate escapes, for the line's parser to
+    name, not raised at the first one)."""
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8", errors="surrogateescape") as fh:
         for lineno, line in enumerate(fh, start=1):
@@ -120,35 +90,22 @@ def json_lines(path: Path) -> Iterator[tuple[int, str]]:
                 yield lineno, line
 
 
-def parse_line(line: str, lineno: int) -> MemoryIn | list[dict[str, object]]:
-    """One JSONL line as a memory, or the errors that name its line and field."""
-    if bad := _UNDECODABLE_RE.search(line):
-        reason = f"not UTF-8 (character {bad.start() + 1} of the line)"
-        return [{"line": lineno, "field": "(encoding)", "reason": reason}]
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        return [{"line": lineno, "field": "(json)", "reason": f"invalid JSON: {exc.msg}"}]
-    if not isinstance(obj, dict):
-        return [{"line": lineno, "field": "(json)", "reason": "each line must be a JSON object"}]
-    try:
-        return MemoryIn.model_validate(obj)
-    except ValidationError as exc:
-        return _errors_of(exc, line=lineno)
+# One JSONL line (its text and 1-based number) as an item, or the errors naming its fields.
+LineParser = Callable[[str, int], "MemoryItem | list[dict[str, object]]"]
 
 
 def scan_jsonl(
-    path: Path, *, keep: bool = True, max_errors: int | None = None
-) -> tuple[list[MemoryIn], list[str | None]]:
-    """Validate every line of a JSONL file; raise InvalidInput naming each bad line (1-based,
-    the first `max_errors` of them). Returns the items (unless `keep` is off: a large file's
+    path: Path, parse: LineParser, *, keep: bool = True, max_errors: int | None = None
+) -> tuple[list[MemoryItem], list[str | None]]:
+    """Validate every line of a JSONL file with `parse`; raise InvalidInput naming each bad
+    line (1-based, the first `max_errors` of them). Returns the items (unless `keep` is off: a large file's
     import reads them again chunk by chunk) and every item's id."""
-    items: list[MemoryIn] = []
+    items: list[MemoryItem] = []
     ids: list[str | None] = []
     errors: list[dict[str, object]] = []
     lines: list[int] = []
     for lineno, line in json_lines(path):
-        got = parse_line(line, lineno)
+        got = parse(line, lineno)
         if isinstance(got, list):
             errors.extend(got)
             if max_errors is not None and len(errors) >= max_errors:

@@ -23,7 +23,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -33,7 +32,7 @@ from db import jobs as q
 from db.session import session
 from retrieval import metrics as m
 from retrieval.errors import EmbeddingError, InvalidInput, Overloaded
-from retrieval.ingest.items import MemoryIn
+from retrieval.ingest.items import MemoryItem
 from retrieval.ingest.write import IngestReport
 from retrieval.tenants import TenantBudget, tenant_of
 
@@ -96,7 +95,7 @@ class WriteJobs:
     async def submit(
         self,
         namespace: str,
-        items: list[MemoryIn],
+        items: list[MemoryItem],
         ids: list[str],
         estimate_s: float,
         *,
@@ -106,10 +105,7 @@ class WriteJobs:
         now); Overloaded when the tenant has `max_open` unfinished jobs already, in whatever
         namespaces."""
         tenant = tenant or tenant_of(None, namespace)
-        rows = [
-            {**it.model_dump(mode="json", exclude_none=True), "id": x}
-            for it, x in zip(items, ids, strict=True)
-        ]
+        rows = [{**it.to_json(), "id": x} for it, x in zip(items, ids, strict=True)]
         timeout = self.write_timeout_s
         async with session(self.pool, timeout, transaction="write") as conn:
             # One submitter per tenant at a time, so the count below stays true.
@@ -211,7 +207,9 @@ class WriteJobs:
 
         try:
             raw = q.load_items(job["items"])
-            items = [dated(MemoryIn.model_validate(r), job["created_at"]) for r in raw]
+            # A memory is dated when the service took it, not when a worker got round to it
+            # (after a backlog or a restart).
+            items = [MemoryItem.from_json(r).dated(job["created_at"]) for r in raw]
             rep = await self.write(
                 items, namespace, ids=[str(r["id"]) for r in raw], tick=keep_lease
             )
@@ -251,12 +249,6 @@ class WriteJobs:
         m.INGEST_JOBS.labels("retried").inc()
         with suppress(Exception):  # the database is away: the lease runs out and frees it
             await self._set(q.RELEASE, job["id"], self.owner, pause, f"{why}; trying again")
-
-
-def dated(item: MemoryIn, accepted: datetime) -> MemoryIn:
-    """The item with the time its job was accepted where it gave none: a memory is dated when
-    the service took it, not when a worker got round to it (after a backlog or a restart)."""
-    return item if item.created_at is not None else item.model_copy(update={"created_at": accepted})
 
 
 class _LeaseLost(Exception):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from retrieval.ingest.items import MemoryIn
+from retrieval.ingest.items import MemoryItem
 
 if TYPE_CHECKING:
     from retrieval.runtime import Runtime
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 ANCHOR = datetime.fromisoformat("2026-11-22T12:00:00+09:00")
 
 
-def sample_items(now: datetime) -> tuple[list[MemoryIn], np.ndarray]:
+def sample_items(now: datetime) -> tuple[list[MemoryItem], np.ndarray]:
     """The sample memories with created_at moved by (now - ANCHOR), and their vectors."""
     data = resources.files("retrieval").joinpath("data")
     shift: timedelta = now - ANCHOR
@@ -26,7 +26,7 @@ def sample_items(now: datetime) -> tuple[list[MemoryIn], np.ndarray]:
     for line in data.joinpath("sample_memories.jsonl").read_text("utf-8").splitlines():
         obj = json.loads(line)
         obj["created_at"] = (datetime.fromisoformat(obj["created_at"]) + shift).isoformat()
-        items.append(MemoryIn.model_validate(obj))
+        items.append(MemoryItem.from_json(obj))
     with data.joinpath("sample_memories_e5.npy").open("rb") as fh:
         vectors = np.load(fh)
     return items, vectors

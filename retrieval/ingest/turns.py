@@ -16,26 +16,26 @@ import asyncpg
 
 from db import memories
 from db.memories import StoredTurn
-from retrieval.ingest.items import MemoryIn
+from retrieval.ingest.items import MemoryItem
 
 _LATEST = datetime.max.replace(tzinfo=UTC)
 
 
-def may_follow(item: MemoryIn) -> bool:
+def may_follow(item: MemoryItem) -> bool:
     """Whether an item can follow another turn (it replies to one or belongs to a thread)."""
     return item.thread is not None or any(ln.label == "reply_to" for ln in item.links)
 
 
-def replied_to(item: MemoryIn) -> str | None:
+def replied_to(item: MemoryItem) -> str | None:
     """The id of the first memory this one replies to, if any."""
     return next((ln.to for ln in item.links if ln.label == "reply_to"), None)
 
 
-def _turn_of(item: MemoryIn) -> StoredTurn:
+def _turn_of(item: MemoryItem) -> StoredTurn:
     return StoredTurn(item.title, item.content, item.created_at)
 
 
-def batch_predecessors(items: Sequence[MemoryIn], picks: Sequence[int]) -> dict[int, int]:
+def batch_predecessors(items: Sequence[MemoryItem], picks: Sequence[int]) -> dict[int, int]:
     """For each picked item with a thread, the item of the same write just before it in that
     thread (by created_at, then by position: items without a time count as now)."""
     by_thread: dict[str, list[int]] = defaultdict(list)
@@ -57,7 +57,7 @@ def batch_predecessors(items: Sequence[MemoryIn], picks: Sequence[int]) -> dict[
 async def predecessors(
     conn: asyncpg.Connection,
     namespace: str,
-    items: Sequence[MemoryIn],
+    items: Sequence[MemoryItem],
     ids: Sequence[str],
     picks: Sequence[int],
     *,

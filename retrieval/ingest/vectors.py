@@ -11,11 +11,11 @@ import numpy as np
 from retrieval.embedding.base import Embedder
 from retrieval.embedding.texts import embedding_text
 from retrieval.errors import InvalidInput
-from retrieval.ingest.items import MemoryIn
+from retrieval.ingest.items import MemoryItem
 
 
 def check_precomputed(
-    embedder: Embedder, items: list[MemoryIn], vectors: np.ndarray, rows: int = 3
+    embedder: Embedder, items: list[MemoryItem], vectors: np.ndarray, rows: int = 3
 ) -> None:
     """Refuse precomputed vectors that the configured model would not have produced."""
     if vectors.shape != (len(items), embedder.dim):

@@ -24,7 +24,7 @@ from retrieval.embedding.meter import EmbedMeter
 from retrieval.embedding.texts import PassageRow, Recipe, memory_text, recipe, turn_text
 from retrieval.errors import InvalidInput, StoreUnavailable
 from retrieval.ingest.analyse import Analyser, word_count
-from retrieval.ingest.items import MemoryIn
+from retrieval.ingest.items import MemoryItem
 from retrieval.ingest.turns import may_follow, predecessors
 from retrieval.text.nlp import normalize_entity
 from retrieval.validation import duplicate_ids
@@ -33,7 +33,7 @@ from retrieval.validation import duplicate_ids
 Vectors = np.ndarray | Sequence[np.ndarray | None]
 
 
-def embedding_load(items: list[MemoryIn], picks: list[int]) -> list[str]:
+def embedding_load(items: list[MemoryItem], picks: list[int]) -> list[str]:
     """The texts a write of `picks` embeds, for its cost estimate: by the recipe, a turn that
     may follow another taken to follow a turn as long as itself."""
     recipes = []
@@ -54,7 +54,7 @@ def _in_embedding_order(recipes: Sequence[Recipe]) -> list[str]:
     )
 
 
-def unchanged(item: MemoryIn, stored: Any) -> bool:
+def unchanged(item: MemoryItem, stored: Any) -> bool:
     """Whether a stored row (title, content) holds this item's text: its vector and terms stand."""
     return stored is not None and (stored["title"], stored["content"]) == (item.title, item.content)
 
@@ -99,7 +99,7 @@ class Lookup:
 async def look_up(
     pool: asyncpg.Pool,
     namespace: str,
-    items: list[MemoryIn],
+    items: list[MemoryItem],
     ids: list[str],
     *,
     timeout_s: float | None = None,
@@ -117,7 +117,7 @@ async def prepare_rows(
     pool: asyncpg.Pool,
     embedder: Embedder,
     analyse: Analyser,
-    items: list[MemoryIn],
+    items: list[MemoryItem],
     ids: list[str],
     *,
     namespace: str,
@@ -175,7 +175,7 @@ def _given(vectors: Vectors | None, need: list[int]) -> dict[int, np.ndarray]:
 async def _after_their_turns(
     pool: asyncpg.Pool,
     namespace: str,
-    items: list[MemoryIn],
+    items: list[MemoryItem],
     ids: list[str],
     recipes: dict[int, Recipe],
     timeout_s: float | None,
@@ -235,7 +235,7 @@ class _Stages:
 
 def _row(
     external_id: str,
-    it: MemoryIn,
+    it: MemoryItem,
     embedding: Any,
     terms: list[str],
     found: list[tuple[str, float]],
@@ -263,7 +263,7 @@ def _row(
     )
 
 
-def assign_ids(items: list[MemoryIn]) -> list[str]:
+def assign_ids(items: list[MemoryItem]) -> list[str]:
     """Each item's id, a new one where it gives none; InvalidInput on a repeated id."""
     ids = [it.id or uuid.uuid4().hex for it in items]
     errors = duplicate_ids(ids, range(len(ids)), key="index", noun="item")

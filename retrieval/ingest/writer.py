@@ -31,7 +31,7 @@ from retrieval.embedding.base import Embedder
 from retrieval.embedding.meter import EmbedMeter
 from retrieval.errors import NotFound
 from retrieval.ingest.analyse import Analyser, in_threads
-from retrieval.ingest.items import MemoryIn
+from retrieval.ingest.items import MemoryItem
 from retrieval.ingest.jobs import WriteJobs
 from retrieval.ingest.write import (
     IngestReport,
@@ -114,7 +114,7 @@ class Writer:
         """The same writer with another embedder (the evaluation's cached one)."""
         return replace(self, embedder=embedder)
 
-    async def store(self, items: list[MemoryIn], namespace: str, tenant: str) -> Stored:
+    async def store(self, items: list[MemoryItem], namespace: str, tenant: str) -> Stored:
         """Store a validated batch: written now, or queued as a job (module docstring)."""
         check_batch([it.id for it in items], self.limits)
         ids = assign_ids(items)
@@ -136,7 +136,7 @@ class Writer:
 
     async def write(
         self,
-        items: list[MemoryIn],
+        items: list[MemoryItem],
         namespace: str,
         *,
         ids: list[str] | None = None,
@@ -188,7 +188,7 @@ class Writer:
 
     async def rows(
         self,
-        items: list[MemoryIn],
+        items: list[MemoryItem],
         ids: list[str],
         namespace: str,
         *,

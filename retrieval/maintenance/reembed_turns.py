@@ -13,7 +13,7 @@ from db import pass_turn_vectors as db_turns
 from retrieval.embedding.base import Embedder
 from retrieval.embedding.documents import embed_texts
 from retrieval.embedding.texts import recipe
-from retrieval.ingest.items import LinkIn, MemoryIn
+from retrieval.ingest.items import Link, MemoryItem
 from retrieval.ingest.turns import predecessors
 from retrieval.maintenance.passes import batches, finish
 
@@ -22,10 +22,10 @@ logger = logging.getLogger(__name__)
 BATCH = 200
 
 
-def _item(r: asyncpg.Record) -> MemoryIn:
-    """A stored turn as the write path sees an item (no validation: it was stored valid)."""
-    links = [LinkIn.model_construct(to=r["reply_to"], label="reply_to")] if r["reply_to"] else []
-    return MemoryIn.model_construct(
+def _item(r: asyncpg.Record) -> MemoryItem:
+    """A stored turn as the write path sees an item (it was stored valid)."""
+    links = (Link(r["reply_to"], "reply_to"),) if r["reply_to"] else ()
+    return MemoryItem(
         id=r["external_id"],
         content=r["content"],
         title=r["title"],

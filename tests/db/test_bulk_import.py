@@ -8,6 +8,7 @@ import pytest
 
 from db import bulk
 from db.errors import ImportInProgress
+from retrieval.api.items import parse_line
 from retrieval.errors import InvalidInput
 from retrieval.ingest import importer
 from retrieval.ingest.analyse import index_terms
@@ -56,7 +57,9 @@ async def _statistics_match_a_recount(rt, ns):
 async def test_import_stores_rows_entities_links_and_is_idempotent(rt, ns, tmp_path):
     f = tmp_path / "m.jsonl"
     _write(f, LINES)
-    rep = await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER)
+    rep = await importer.import_file(
+        rt, f, parse=parse_line, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER
+    )
     assert (rep.received, rep.inserted, rep.updated, rep.embedded) == (5, 5, 0, 5)
     assert await _count(rt, "SELECT count(*) FROM memory_links WHERE namespace = $1", ns) == 1
     assert (
@@ -80,7 +83,9 @@ async def test_import_stores_rows_entities_links_and_is_idempotent(rt, ns, tmp_p
     resp = await rt.orchestrator.retrieve("カレーの辛さ", RetrievalOptions(namespace=ns, limit=3))
     assert resp.results[0].id == "p5"
 
-    again = await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER)
+    again = await importer.import_file(
+        rt, f, parse=parse_line, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER
+    )
     assert (again.inserted, again.updated, again.embedded) == (
         0,
         5,
@@ -104,10 +109,14 @@ async def test_an_interrupted_import_shows_nothing_and_resumes(rt, ns, tmp_path,
         raise Interrupted
 
     with pytest.raises(Interrupted):
-        await importer.import_file(rt, f, namespace=ns, workers=1, progress=stop_after_first_chunk)
+        await importer.import_file(
+            rt, f, parse=parse_line, namespace=ns, workers=1, progress=stop_after_first_chunk
+        )
     assert staged == [2]
     assert await _count(rt, "SELECT count(*) FROM memories WHERE namespace = $1", ns) == 0
-    rep = await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER)
+    rep = await importer.import_file(
+        rt, f, parse=parse_line, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER
+    )
     assert rep.resumed_from == 2 and rep.embedded == 3  # lines 1-2 were not analysed again
     assert (rep.received, rep.inserted) == (5, 5)
     await _statistics_match_a_recount(rt, ns)
@@ -122,7 +131,7 @@ async def test_a_bad_line_writes_nothing(rt, ns, tmp_path):
         + "\n"
     )
     with pytest.raises(InvalidInput) as err:
-        await importer.import_file(rt, f, namespace=ns, workers=1)
+        await importer.import_file(rt, f, parse=parse_line, namespace=ns, workers=1)
     assert {(e["line"], e["field"]) for e in err.value.errors} == {(2, "(json)"), (3, "id")}
     assert await _count(rt, "SELECT count(*) FROM memories WHERE namespace = $1", ns) == 0
     assert await _count(rt, "SELECT count(*) FROM imports WHERE namespace = $1", ns) == 0
@@ -134,11 +143,11 @@ async def test_vectors_are_checked_against_the_file(rt, ns, tmp_path):
     v = tmp_path / "v.npy"
     np.save(v, np.zeros((4, 384), np.float32))
     with pytest.raises(InvalidInput, match="expected \\(5, 384\\)"):
-        await importer.import_file(rt, f, namespace=ns, embeddings=v, workers=1)
+        await importer.import_file(rt, f, parse=parse_line, namespace=ns, embeddings=v, workers=1)
     # Usable vectors, but not this model's (random directions).
     np.save(v, np.random.default_rng(1).normal(size=(5, 384)).astype(np.float32))
     with pytest.raises(InvalidInput, match="does not match"):
-        await importer.import_file(rt, f, namespace=ns, embeddings=v, workers=1)
+        await importer.import_file(rt, f, parse=parse_line, namespace=ns, embeddings=v, workers=1)
     assert await _count(rt, "SELECT count(*) FROM memories WHERE namespace = $1", ns) == 0
 
 
@@ -150,7 +159,9 @@ async def test_rebuild_drops_and_rebuilds_the_deferred_indexes(rt, ns, tmp_path)
         "SELECT count(*) FROM pg_indexes WHERE indexname = ANY($1::text[])",
         list(bulk.DEFERRED_INDEXES),
     )
-    rep = await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.ALWAYS)
+    rep = await importer.import_file(
+        rt, f, parse=parse_line, namespace=ns, workers=1, rebuild=bulk.Rebuild.ALWAYS
+    )
     assert len(rep.rebuilt) == before > 0
     assert (
         await _count(
@@ -180,7 +191,9 @@ _VALID_INDEX = "SELECT count(*) FROM pg_index WHERE indexrelid = $1::text::regcl
 async def test_worker_processes_give_the_same_terms(rt, ns, tmp_path):
     f = tmp_path / "m.jsonl"
     _write(f, LINES)
-    await importer.import_file(rt, f, namespace=ns, workers=2, rebuild=bulk.Rebuild.NEVER)
+    await importer.import_file(
+        rt, f, parse=parse_line, namespace=ns, workers=2, rebuild=bulk.Rebuild.NEVER
+    )
     async with rt.pool.acquire() as conn:
         rows = await conn.fetch(
             "SELECT content, title, search_tokens FROM memories WHERE namespace = $1", ns
@@ -198,7 +211,9 @@ def test_maintenance_memory_grows_with_rows_within_bounds():
 async def test_deleting_memories_takes_their_postings_and_entities(rt, ns, tmp_path):
     f = tmp_path / "m.jsonl"
     _write(f, LINES)
-    await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER)
+    await importer.import_file(
+        rt, f, parse=parse_line, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER
+    )
     async with rt.pool.acquire() as conn:
         ids = [
             r["id"] for r in await conn.fetch("SELECT id FROM memories WHERE namespace = $1", ns)
@@ -233,7 +248,7 @@ async def test_the_namespace_rule_is_the_api_rule(rt, tmp_path, bad):
     f = tmp_path / "m.jsonl"
     _write(f, LINES[:1])
     with pytest.raises(InvalidInput) as err:
-        await importer.import_file(rt, f, namespace=bad, workers=1)
+        await importer.import_file(rt, f, parse=parse_line, namespace=bad, workers=1)
     assert err.value.errors[0]["field"] == "namespace"
 
 
@@ -241,7 +256,7 @@ async def test_bytes_that_are_not_utf8_are_named_by_line(rt, ns, tmp_path):
     f = tmp_path / "bad.jsonl"
     f.write_bytes(b'{"id": "a", "content": "ok"}\n{"id": "b", "content": "bad \xff byte"}\n')
     with pytest.raises(InvalidInput) as err:
-        await importer.import_file(rt, f, namespace=ns, workers=1)
+        await importer.import_file(rt, f, parse=parse_line, namespace=ns, workers=1)
     assert [(e["line"], e["field"]) for e in err.value.errors] == [(2, "(encoding)")]
     assert await _count(rt, "SELECT count(*) FROM memories WHERE namespace = $1", ns) == 0
 
@@ -257,23 +272,27 @@ async def test_unusable_vectors_are_refused_before_anything_is_staged(rt, ns, tm
         v[2, 7] = poison
     np.save(tmp_path / "v.npy", v)
     with pytest.raises(InvalidInput, match="row 2 of .* is not a usable vector"):
-        await importer.import_file(rt, f, namespace=ns, embeddings=tmp_path / "v.npy", workers=1)
+        await importer.import_file(
+            rt, f, parse=parse_line, namespace=ns, embeddings=tmp_path / "v.npy", workers=1
+        )
     assert await _count(rt, "SELECT count(*) FROM imports WHERE namespace = $1", ns) == 0
 
 
 async def test_a_second_run_of_the_same_import_is_refused(rt, ns, tmp_path):
     f = tmp_path / "m.jsonl"
     _write(f, LINES)
-    iid = importer.import_id(ns, importer.scan(f).digest, rt.embedder, None)
+    iid = importer.import_id(ns, importer.scan(f, parse_line).digest, rt.embedder, None)
     async with rt.pool.acquire() as other:  # the first run, holding the import's lock
         assert await bulk.try_lock(other, iid)
         try:
             with pytest.raises(ImportInProgress):
-                await importer.import_file(rt, f, namespace=ns, workers=1)
+                await importer.import_file(rt, f, parse=parse_line, namespace=ns, workers=1)
         finally:
             await bulk.unlock(other, iid)
     assert await _count(rt, "SELECT count(*) FROM memories WHERE namespace = $1", ns) == 0
-    rep = await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER)
+    rep = await importer.import_file(
+        rt, f, parse=parse_line, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER
+    )
     assert rep.inserted == 5
 
 
@@ -293,10 +312,12 @@ async def test_a_database_failure_mid_import_publishes_nothing_and_resumes(
 
     monkeypatch.setattr(bulk, "stage", stage_then_lose_the_server)
     with pytest.raises(asyncpg.ConnectionDoesNotExistError):
-        await importer.import_file(rt, f, namespace=ns, workers=1)
+        await importer.import_file(rt, f, parse=parse_line, namespace=ns, workers=1)
     assert await _count(rt, "SELECT count(*) FROM memories WHERE namespace = $1", ns) == 0
     monkeypatch.setattr(bulk, "stage", real_stage)
-    rep = await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER)
+    rep = await importer.import_file(
+        rt, f, parse=parse_line, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER
+    )
     assert rep.resumed_from == 2 and rep.inserted == 5
 
 
@@ -324,17 +345,23 @@ async def test_an_import_publishes_long_memories_with_their_passages(rt, ns, tmp
 
     f = tmp_path / "long.jsonl"
     _write(f, [{"id": "doc", "content": LONG}, {"id": "note", "content": "短いメモ"}])
-    await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.ALWAYS)
+    await importer.import_file(
+        rt, f, parse=parse_line, namespace=ns, workers=1, rebuild=bulk.Rebuild.ALWAYS
+    )
     sql = """SELECT count(*) FROM memory_passages p JOIN memories m ON m.id = p.memory_id
              WHERE m.namespace = $1 AND m.external_id = $2"""
     assert await _count(rt, sql, ns, "doc") == len(split_passages(LONG))
     assert await _count(rt, sql, ns, "note") == 0
     assert await _count(rt, "SELECT count(*) FROM import_passages") == 0
     # The same file again keeps them (nothing embedded); a shorter text drops them.
-    again = await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER)
+    again = await importer.import_file(
+        rt, f, parse=parse_line, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER
+    )
     assert again.embedded == 0 and await _count(rt, sql, ns, "doc") == len(split_passages(LONG))
     _write(f, [{"id": "doc", "content": "もう短い。"}])
-    await importer.import_file(rt, f, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER)
+    await importer.import_file(
+        rt, f, parse=parse_line, namespace=ns, workers=1, rebuild=bulk.Rebuild.NEVER
+    )
     assert await _count(rt, sql, ns, "doc") == 0
     resp = await rt.orchestrator.retrieve("もう短い", RetrievalOptions(namespace=ns, limit=3))
     assert resp.results[0].id == "doc"

@@ -8,8 +8,8 @@ import numpy as np
 from pgvector import Vector
 
 from db.memories import StoredTurn
+from retrieval.api.items import parse_items
 from retrieval.embedding.texts import PREDECESSOR_CHARS, turn_text
-from retrieval.ingest.items import parse_items
 from retrieval.ingest.turns import batch_predecessors
 from retrieval.ingest.write import embedding_load
 from retrieval.search.vector import EXACT_VECTOR_SQL, VECTOR_SQL

@@ -14,8 +14,8 @@ import httpx
 import numpy as np
 import pytest
 
+from retrieval.api.items import parse_items
 from retrieval.errors import EmbeddingError, Overloaded
-from retrieval.ingest.items import parse_items
 from retrieval.ingest.jobs import WriteJobs
 from retrieval.ingest.writer import Writer
 from retrieval.runtime import Runtime

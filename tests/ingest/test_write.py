@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
+from retrieval.api.items import parse_items, scan_file
 from retrieval.errors import InvalidInput
-from retrieval.ingest.items import parse_items, scan_jsonl
 from retrieval.ingest.vectors import check_precomputed
 from retrieval.models import Strategy
 from tests.helpers import ids_of as _ids
@@ -74,7 +74,7 @@ async def test_bad_file_is_rejected_whole_with_line_numbers(rt, ns, tmp_path):
         ],
     )
     with pytest.raises(InvalidInput) as err:
-        scan_jsonl(f)
+        scan_file(f)
     lines = {(e["line"], e["field"]) for e in err.value.errors}
     assert {(2, "(json)"), (3, "content"), (4, "created_at"), (5, "id")} <= lines
     proc = subprocess.run(

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retrieval.analysis.strategy import KEYWORD_BOOST
+from retrieval.api.items import parse_items
 from retrieval.embedding.texts import mean_direction
-from retrieval.ingest.items import parse_items
 from retrieval.ingest.write import embedding_load
 from retrieval.models import Highlight, Relevance, Result, RetrievalOptions, Source
 from retrieval.rank.budget import fit

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 
 from db import memories
 from retrieval.api.deps import CallerDep, RuntimeDep
+from retrieval.api.items import MAX_ID_CHARS
 from retrieval.api.schemas import (
     LSN_PATTERN,
     NOT_FOUND,
@@ -17,7 +18,6 @@ from retrieval.api.schemas import (
     MemoriesIn,
 )
 from retrieval.errors import NotFound
-from retrieval.ingest.items import MAX_ID_CHARS
 from retrieval.validation import MAX_NAMESPACE_CHARS, NAMESPACE_PATTERN, check_id
 from retrieval_client.models import ArchivedOut, FeedbackOut, IngestOut, JobOut, MemoryOut
 
@@ -44,7 +44,8 @@ async def add_memories(body: MemoriesIn, rt: RuntimeDep, caller: CallerDep) -> A
     RETRIEVAL_INLINE_EMBED_S here; else stored as a job and answered 202 (see GET /v1/jobs).
     The write deadline bounds the database transaction, not the embedding."""
     caller.check(body.namespace)
-    done = await rt.writer.store(body.memories, body.namespace, caller.tenant(body.namespace))
+    items = [m.item() for m in body.memories]
+    done = await rt.writer.store(items, body.namespace, caller.tenant(body.namespace))
     if done.job is None:
         assert done.report is not None
         return done.report.to_json()
