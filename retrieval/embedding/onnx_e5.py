@@ -53,87 +53,79 @@ BATCH_TOKENS = 1024
 QUADRATIC_TOKENS = 512
 
 
+class _Graph:
+    """The nodes and weights of the encoder's graph, added a layer at a time."""
+
+    def __init__(self, w: E5Weights) -> None:
+        from onnx import helper, numpy_helper
+
+        self.w, self.helper, self.numpy_helper = w, helper, numpy_helper
+        self.inits: list[Any] = []
+        self.nodes: list[Any] = []
+
+    def node(self, op: str, ins: list[str], out: str, **attrs: Any) -> str:
+        self.nodes.append(self.helper.make_node(op, ins, [out], domain="com.microsoft", **attrs))
+        return out
+
+    def tensor(self, name: str, arr: np.ndarray) -> str:
+        self.inits.append(self.numpy_helper.from_array(np.ascontiguousarray(arr), name))
+        return name
+
+    def matmul(self, x: str, prefix: str, n_out: int, n_in: int) -> str:
+        """x times a 4-bit weight matrix, plus its bias."""
+        packed, scales = pack_q4(self.w.q4(prefix + ".w", n_out))
+        ins = [x, self.tensor(prefix + ".B", packed), self.tensor(prefix + ".s", scales), "", ""]
+        ins.append(self.tensor(prefix + ".bias", self.w.f32(prefix + ".b").copy()))
+        attrs = {"K": n_in, "N": n_out, "bits": 4, "block_size": 32, "accuracy_level": 4}
+        return self.node("MatMulNBits", ins, prefix, **attrs)
+
+    def skip_norm(self, x: str, y: str, prefix: str, out: str) -> str:
+        """The layer norm of x + y."""
+        gamma = self.tensor(prefix + ".w", self.w.f32(prefix + ".w"))
+        beta = self.tensor(prefix + ".b", self.w.f32(prefix + ".b"))
+        return self.node(
+            "SkipLayerNormalization", [x, y, gamma, beta], out, epsilon=self.w.shape.eps
+        )
+
+    def layer(self, x: str, i: int) -> str:
+        """One encoder layer: attention over the unmasked tokens, then the feed-forward."""
+        s, p = self.w.shape, f"l{i}."
+        q, k, v = (self.matmul(x, p + n, s.hidden, s.hidden) for n in ("q", "k", "v"))
+        ctx = self.node("MultiHeadAttention", [q, k, v, "", "mask"], p + "ctx", num_heads=s.heads)
+        attended = self.skip_norm(
+            x, self.matmul(ctx, p + "ao", s.hidden, s.hidden), p + "aln", p + "x1"
+        )
+        gelu = self.node("Gelu", [self.matmul(attended, p + "fi", s.ffn, s.hidden)], p + "gelu")
+        return self.skip_norm(
+            attended, self.matmul(gelu, p + "fo", s.hidden, s.ffn), p + "oln", p + "x2"
+        )
+
+
 def build_graph(w: E5Weights) -> bytes:
     """The encoder's ONNX graph (input `hidden` [B, T, H] after the embedding layer norm, `mask`
     [B, T] int32; output `out`, the last hidden states), serialised. Needs the `onnx` package."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto
 
-    s = w.shape
-    inits: list[Any] = []
-    nodes: list[Any] = []
-
-    def tensor(name: str, arr: np.ndarray) -> str:
-        inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
-        return name
-
-    def matmul(x: str, prefix: str, n_out: int, n_in: int) -> str:
-        packed, scales = pack_q4(w.q4(prefix + ".w", n_out))
-        ins = [x, tensor(prefix + ".B", packed), tensor(prefix + ".s", scales), "", ""]
-        ins.append(tensor(prefix + ".bias", w.f32(prefix + ".b").copy()))
-        nodes.append(
-            helper.make_node(
-                "MatMulNBits",
-                ins,
-                [prefix],
-                domain="com.microsoft",
-                K=n_in,
-                N=n_out,
-                bits=4,
-                block_size=32,
-                accuracy_level=4,
-            )
-        )
-        return prefix
-
-    def skip_norm(x: str, y: str, prefix: str, out: str) -> str:
-        ln = [
-            tensor(prefix + ".w", w.f32(prefix + ".w")),
-            tensor(prefix + ".b", w.f32(prefix + ".b")),
-        ]
-        nodes.append(
-            helper.make_node(
-                "SkipLayerNormalization",
-                [x, y, *ln],
-                [out],
-                domain="com.microsoft",
-                epsilon=s.eps,
-            )
-        )
-        return out
-
+    g = _Graph(w)
+    h = g.helper
     x = "hidden"
-    for i in range(s.layers):
-        p = f"l{i}."
-        q, k, v = (matmul(x, p + n, s.hidden, s.hidden) for n in ("q", "k", "v"))
-        nodes.append(
-            helper.make_node(
-                "MultiHeadAttention",
-                [q, k, v, "", "mask"],
-                [p + "ctx"],
-                domain="com.microsoft",
-                num_heads=s.heads,
-            )
-        )
-        attended = skip_norm(
-            x, matmul(p + "ctx", p + "ao", s.hidden, s.hidden), p + "aln", p + "x1"
-        )
-        inner = matmul(attended, p + "fi", s.ffn, s.hidden)
-        nodes.append(helper.make_node("Gelu", [inner], [p + "gelu"], domain="com.microsoft"))
-        x = skip_norm(attended, matmul(p + "gelu", p + "fo", s.hidden, s.ffn), p + "oln", p + "x2")
-    nodes.append(helper.make_node("Identity", [x], ["out"]))
-    graph = helper.make_graph(
-        nodes,
+    for i in range(w.shape.layers):
+        x = g.layer(x, i)
+    g.nodes.append(h.make_node("Identity", [x], ["out"]))
+    hidden = w.shape.hidden
+    graph = h.make_graph(
+        g.nodes,
         "multilingual-e5-small",
         [
-            helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["B", "T", s.hidden]),
-            helper.make_tensor_value_info("mask", TensorProto.INT32, ["B", "T"]),
+            h.make_tensor_value_info("hidden", TensorProto.FLOAT, ["B", "T", hidden]),
+            h.make_tensor_value_info("mask", TensorProto.INT32, ["B", "T"]),
         ],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["B", "T", s.hidden])],
-        inits,
+        [h.make_tensor_value_info("out", TensorProto.FLOAT, ["B", "T", hidden])],
+        g.inits,
     )
-    model = helper.make_model(
+    model = h.make_model(
         graph,
-        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+        opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)],
         producer_name="retrieval-orchestrator",
     )
     return bytes(model.SerializeToString())
