@@ -1,5 +1,5 @@
-"""The store's own facts: the embedding model it holds, whether pg_trgm is there, and which
-corpus the harness (eval, bench) indexed into a namespace."""
+"""The store's own facts, kept in `store_meta`: the embedding model it holds, and where each
+resumable maintenance pass got to."""
 
 from __future__ import annotations
 
@@ -11,15 +11,6 @@ from db.errors import EmbeddingModelMismatch
 GET_META = "SELECT key, value FROM store_meta WHERE key IN ('embedding_model', 'embedding_dim')"
 # Records a meta value once (first start).
 PUT_META = "INSERT INTO store_meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING"
-
-# Returns the cache key the harness (eval, bench) recorded for a namespace (NULL = not its own).
-GET_HARNESS_KEY = "SELECT cache_key FROM harness_indexes WHERE namespace = $1"
-# Records which corpus or synthetic set the harness indexed into a namespace.
-PUT_HARNESS_KEY = """
-INSERT INTO harness_indexes (namespace, cache_key) VALUES ($1, $2)
-ON CONFLICT (namespace) DO UPDATE SET cache_key = EXCLUDED.cache_key, created_at = now()"""
-# Returns whether a namespace holds any memory.
-HAS_MEMORIES = "SELECT EXISTS (SELECT 1 FROM memories WHERE namespace = $1)"
 
 # A store_meta value by key: read, set, forget.
 GET_VALUE = "SELECT value FROM store_meta WHERE key = $1"
@@ -60,9 +51,3 @@ async def check_embedding_model(conn: asyncpg.Connection, model: str, dim: int) 
             f"({dim} dims); use the same model, or a new database (DATABASE_URL / "
             "RETRIEVAL_DATA_DIR) and re-ingest"
         )
-
-
-# Returns whether the server has pg_trgm and the trigram index the names leg reads.
-TRIGRAM_READY = """
-SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm') AS extension,
-       to_regclass('idx_memories_content_trgm') IS NOT NULL AS indexed"""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -199,3 +200,37 @@ def worker_exit(pid: int) -> None:
     """Forget a stopped worker's live gauges (counters and histograms keep their totals)."""
     if os.environ.get(MULTIPROC_ENV):
         multiprocess.mark_process_dead(pid)
+
+
+class StageClock:
+    """Milliseconds per stage of one request or write (`stage_ms`: a stage timed twice adds
+    up), and the CPU seconds of the stages it ran itself (`timed`, on the calling thread:
+    other requests' work on the machine is not counted)."""
+
+    def __init__(self) -> None:
+        self.stage_ms: dict[str, float] = {}
+        self.cpu_s = 0.0
+        self._since = time.perf_counter()
+
+    def add(self, stage: str, ms: float) -> None:
+        self.stage_ms[stage] = self.stage_ms.get(stage, 0.0) + ms
+
+    def lap(self, stage: str) -> None:
+        """The time since the last lap (or the clock's start) goes to `stage`."""
+        now = time.perf_counter()
+        self.add(stage, (now - self._since) * 1000.0)
+        self._since = now
+
+    def timed(self, stage: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """fn(*args, **kwargs), its time going to `stage` and its CPU time to `cpu_s`."""
+        s, c = time.perf_counter(), time.thread_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.add(stage, (time.perf_counter() - s) * 1000.0)
+            self.cpu_s += time.thread_time() - c
+            self._since = time.perf_counter()
+
+    def seconds(self) -> dict[str, float]:
+        """Each stage's time in seconds."""
+        return {k: v / 1000.0 for k, v in self.stage_ms.items()}

@@ -45,26 +45,9 @@ from retrieval.search.contents import DEFAULT_CACHE_BYTES, Contents
 from retrieval.search.legs import SOURCES, SourceFn
 from retrieval.search.run import SearchRun
 from retrieval.search.runner import LegRunner, Searched, require_an_answer
-from retrieval.validation import RequestLimits, aware, check_request, in_zone
+from retrieval.validation import RequestLimits, check_request
 
 logger = logging.getLogger(__name__)
-
-
-class _StageClock:
-    """Milliseconds per stage of one retrieve, and the CPU seconds of the stages it timed
-    (on the thread that ran them: other requests' work on the machine is not counted)."""
-
-    def __init__(self) -> None:
-        self.ms: dict[str, float] = {}
-        self.cpu_s = 0.0
-
-    def timed(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        s, c = time.perf_counter(), time.thread_time()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            self.ms[name] = (time.perf_counter() - s) * 1000.0
-            self.cpu_s += time.thread_time() - c
 
 
 def _plan_json(p: Plan, window: TimeRange | None, window_is_filter: bool) -> dict[str, Any]:
@@ -128,7 +111,7 @@ class Orchestrator:
     def validate(self, query: str, options: RetrievalOptions) -> str:
         """Reject what cannot be answered (retrieval.validation.check_request); return the
         query stripped."""
-        return check_request(query, options, self.limits, self.tz)[0]
+        return check_request(query, options, self.limits, self.tz).query
 
     async def retrieve(
         self, query: str, options: RetrievalOptions | None = None
@@ -137,11 +120,10 @@ class Orchestrator:
         options = options or RetrievalOptions()
         t0 = time.perf_counter()
         deadline = asyncio.get_running_loop().time() + self.request_timeout_s
-        q, zone = check_request(query, options, self.limits, self.tz)
-        now = aware(options.now, zone) or datetime.now(zone)
-        # A naive time_range is read in the request's zone too (as its time words are).
-        options = replace(options, time_range=in_zone(options.time_range, zone))
-        clock = _StageClock()
+        checked = check_request(query, options, self.limits, self.tz)
+        q, zone, options = checked.query, checked.zone, checked.options
+        now = options.now or datetime.now(zone)
+        clock = m.StageClock()
         # The embedding (the costliest stage) overlaps the analysis and the legs that need no
         # vector: those start as soon as the analysis has chosen the plan.
         embedding = self.embeddings.start(
@@ -165,11 +147,8 @@ class Orchestrator:
         require_an_answer(p.preset, searched.reports)
         # Off the event loop: the n-gram signal over long uncached memories is CPU work.
         scored, before = await asyncio.to_thread(
-            clock.timed, "rerank", rerank, searched.per_source, p.preset, now=now, window=window,
-            limit=options.limit, query=q, diversify_by=options.diversify_by,
-            per_bucket=options.per_bucket, named_seeds=options.seed_ids,
-            present=intent.present, relations=intent.relations,
-            names=tuple(n.text for n in intent.names), speaker=intent.speaker,
+            clock.timed, "rerank", rerank, searched.per_source, p.preset, intent, options,
+            now=now, window=window,
         )  # fmt: skip
         results = [result_of(r, details=options.include_metadata_details) for r in scored]
         if options.context_window > 0 and results:
@@ -184,7 +163,7 @@ class Orchestrator:
             query_intent=intent,
             total_latency_ms=(time.perf_counter() - t0) * 1000.0,
             search_breakdown=searched.reports,
-            stage_latency_ms=clock.ms,
+            stage_latency_ms=clock.stage_ms,
             num_results_before_rerank=before,
             num_results_after_rerank=len(results),
             # Without a source this server lacks, the answer is degraded too, and says so.
@@ -205,7 +184,7 @@ class Orchestrator:
         p: Plan,
         embedding: QueryEmbedding,
         options: RetrievalOptions,
-        clock: _StageClock,
+        clock: m.StageClock,
     ) -> Searched:
         """The plan's legs, then the hops (when asked for); the embedding's time is a stage
         only when a vector leg used it."""
@@ -214,11 +193,17 @@ class Orchestrator:
         )
         t_search = time.perf_counter()
         searched = await self.legs.search(
-            run, p.preset, embedding.vectors, expanders, options.seed_ids, choose_seeds, clock.ms
+            run,
+            p.preset,
+            embedding.vectors,
+            expanders,
+            options.seed_ids,
+            choose_seeds,
+            clock.stage_ms,
         )
-        clock.ms["search"] = (time.perf_counter() - t_search) * 1000.0
+        clock.stage_ms["search"] = (time.perf_counter() - t_search) * 1000.0
         if embedding.used():
-            clock.ms["embed"] = embedding.ms
+            clock.stage_ms["embed"] = embedding.ms
         else:
             embedding.abandon()  # a text not started yet is not embedded for nobody
         return searched
@@ -228,15 +213,15 @@ class Orchestrator:
         run: SearchRun,
         scored: list[ScoredResult],
         results: list[Result],
-        window: int,
-        clock: _StageClock,
+        per_side: int,
+        clock: m.StageClock,
         searched: Searched,
     ) -> None:
         """Give each result the memories around it (its `context`); a failure leaves the
         results without them and is reported."""
         t = time.perf_counter()
-        got = await self.legs.neighbours(run, [r.candidate.id for r in scored], window)
-        clock.ms["context"] = (time.perf_counter() - t) * 1000.0
+        got = await self.legs.neighbours(run, [r.candidate.id for r in scored], per_side)
+        clock.stage_ms["context"] = (time.perf_counter() - t) * 1000.0
         if isinstance(got, SourceReport):
             searched.reports[got.source] = got
             return

@@ -11,9 +11,9 @@ from typing import Any, TypeVar
 import asyncpg
 
 from db import migrate as migrations
-from db.meta import TRIGRAM_READY, check_embedding_model
+from db.extensions import TRIGRAM_READY, check_vector
+from db.meta import check_embedding_model
 from db.pool import create_pool, wait_for_server
-from db.vector_check import check_vector
 from retrieval.analysis.analyzer import CueDictionary, QueryAnalyzer
 from retrieval.embedding.base import Embedder
 from retrieval.embedding.providers import create_embedder

@@ -223,12 +223,21 @@ def _conversation_errors(
     return errors
 
 
+@dataclass(frozen=True)
+class CheckedRequest:
+    """A retrieval request that keeps every rule: the query stripped, the zone its time words
+    are read in, and the options with their naive instants (`now`, `time_range`) read in it."""
+
+    query: str
+    zone: ZoneInfo
+    options: RetrievalOptions
+
+
 def check_request(
     query: str, options: RetrievalOptions, limits: RequestLimits, default_zone: ZoneInfo
-) -> tuple[str, ZoneInfo]:
+) -> CheckedRequest:
     """Every rule of a retrieval request, for every caller (the API, MCP, the CLI, the library):
-    InvalidInput naming each field that breaks one. Returns the query stripped and the zone its
-    time words are read in."""
+    InvalidInput naming each field that breaks one."""
     errors = _conversation_errors(options.recent_conversation, limits)
     q = query.strip() if isinstance(query, str) else ""
     if not q:
@@ -247,10 +256,11 @@ def check_request(
         errors.append({"field": "options.timezone", "reason": "not a known IANA time zone"})
         zone = default_zone
     tr = in_zone(options.time_range, zone)
+    now = aware(options.now, zone)
     if tr and tr.start and tr.end and tr.start >= tr.end:
         errors.append({"field": "options.time_range", "reason": "start must be before end"})
     for name, value in (
-        ("options.now", aware(options.now, zone)),
+        ("options.now", now),
         ("options.time_range.start", tr.start if tr else None),
         ("options.time_range.end", tr.end if tr else None),
     ):
@@ -260,7 +270,7 @@ def check_request(
             errors.append({"field": name, "reason": str(exc)})
     if errors:
         raise InvalidInput(errors)
-    return q, zone
+    return CheckedRequest(q, zone, replace(options, now=now, time_range=tr))
 
 
 def check_batch(ids: Sequence[str | None], limits: RequestLimits) -> None:

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from retrieval.analysis.strategy import HYBRID, PRESETS, _w, plan
 from retrieval.evaluation import ensure_index, read_qrels, read_queries, score
-from retrieval.models import Filters, Fusion, Source
+from retrieval.models import Filters, Fusion, RetrievalOptions, Source
 from retrieval.rank.rerank import rerank
 from retrieval.search.legs import SOURCES
 from retrieval.search.run import Given, SearchRun
@@ -67,7 +67,7 @@ def evaluate(data, qrels, preset_for, limit: int = 100) -> dict[str, float]:
         preset = replace(preset_for(strategy), dedupe_threshold=1.01)
         now = now or datetime.now().astimezone()
         use = {s: per[s] for s in preset.sources if s in per}
-        res, _ = rerank(use, preset, now=now, window=None, limit=limit, query=_intent.query)
+        res, _ = rerank(use, preset, _intent, RetrievalOptions(limit=limit), now=now, window=None)
         run[qid] = {r.candidate.external_id: float(len(res) - i) for i, r in enumerate(res)}
     return score(qrels, run)
 

@@ -173,3 +173,14 @@ async def ids_of(rt, query, ns, **kw):
 
 def write_lines(path, lines):
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def asked(query: str = "", *, limit: int = 10, **intent: Any) -> tuple[Any, Any]:
+    """What the reranker is asked: a question (its text and any QueryIntent field) and a
+    request's options (its limit)."""
+    from retrieval.models import QueryIntent, QueryType, RetrievalOptions
+
+    return (
+        QueryIntent(query=query, query_type=QueryType.FACTUAL, keywords=(), **intent),
+        RetrievalOptions(limit=limit),
+    )

@@ -28,8 +28,8 @@ import numpy as np
 import psutil
 
 from db import bulk
+from db.harness import GET_HARNESS_KEY, PUT_HARNESS_KEY
 from db.memories import MemoryRow
-from db.meta import GET_HARNESS_KEY, PUT_HARNESS_KEY
 from retrieval.models import RetrievalOptions
 from retrieval.settings import Settings
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from db.meta import GET_HARNESS_KEY, HAS_MEMORIES, PUT_HARNESS_KEY
+from db.harness import GET_HARNESS_KEY, HAS_MEMORIES, PUT_HARNESS_KEY
 from retrieval.embedding.texts import recipe
 from retrieval.errors import RetrievalError
 from retrieval.evaluation.data import (

@@ -27,7 +27,7 @@ from db.errors import ImportInProgress
 from retrieval.cpus import available_cpus
 from retrieval.embedding.base import Embedder
 from retrieval.errors import InvalidInput
-from retrieval.ingest.analyse import Analyser, Analysis, analyse_texts, in_threads
+from retrieval.ingest.index import Indexed, Indexer, in_threads, index_texts
 from retrieval.ingest.items import LineParser, MemoryItem, json_lines, scan_jsonl
 from retrieval.ingest.vectors import check_precomputed, open_vectors
 from retrieval.text.nlp import TOKENIZER_VERSION, JapaneseNLP
@@ -97,17 +97,17 @@ def _init_worker(model: str) -> None:
     _WORKER_NLP = JapaneseNLP(model)
 
 
-def _analyse_in_worker(texts: list[str], want: list[bool]) -> list[Analysis]:
+def _index_in_worker(texts: list[str], want: list[bool]) -> list[Indexed]:
     assert _WORKER_NLP is not None
-    return analyse_texts(_WORKER_NLP, texts, want)
+    return index_texts(_WORKER_NLP, texts, want)
 
 
-def in_processes(executor: ProcessPoolExecutor) -> Analyser:
+def in_processes(executor: ProcessPoolExecutor) -> Indexer:
     """Analyse a chunk in one of the worker processes."""
 
-    async def run(texts: list[str], want: list[bool]) -> list[Analysis]:
+    async def run(texts: list[str], want: list[bool]) -> list[Indexed]:
         return await asyncio.get_running_loop().run_in_executor(
-            executor, _analyse_in_worker, texts, want
+            executor, _index_in_worker, texts, want
         )
 
     return run
@@ -225,7 +225,7 @@ async def _stage_all(
     iid: str,
     namespace: str,
     vectors: np.ndarray | None,
-    analyse: Analyser,
+    analyse: Indexer,
     done: int,
     workers: int,
     progress: Callable[[int], None] | None,

@@ -6,7 +6,6 @@ vector, terms and entities."""
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -23,9 +22,10 @@ from retrieval.embedding.documents import embed_texts
 from retrieval.embedding.meter import EmbedMeter
 from retrieval.embedding.texts import PassageRow, Recipe, memory_text, recipe, turn_text
 from retrieval.errors import InvalidInput, StoreUnavailable
-from retrieval.ingest.analyse import Analyser, word_count
+from retrieval.ingest.index import Indexer, word_count
 from retrieval.ingest.items import MemoryItem
 from retrieval.ingest.turns import may_follow, predecessors
+from retrieval.metrics import StageClock
 from retrieval.text.nlp import normalize_entity
 from retrieval.validation import duplicate_ids
 
@@ -116,7 +116,7 @@ async def look_up(
 async def prepare_rows(
     pool: asyncpg.Pool,
     embedder: Embedder,
-    analyse: Analyser,
+    analyse: Indexer,
     items: list[MemoryItem],
     ids: list[str],
     *,
@@ -126,14 +126,14 @@ async def prepare_rows(
     lookup: Lookup | None = None,
     meter: EmbedMeter | None = None,
     tick: Callable[[], Awaitable[None]] | None = None,
-    stage_s: dict[str, float] | None = None,
+    clock: StageClock | None = None,
     timeout_s: float | None = None,
 ) -> tuple[list[MemoryRow], int]:
     """The rows to write for items, and how many were (re)embedded. `lookup` is what look_up
     gave, when the caller has read it already; `vectors` gives an item's vector where it is not
-    None; `tick` is awaited between embedding calls; `stage_s` gets the seconds each part took
+    None; `tick` is awaited between embedding calls; `clock` gets the time each part took
     (lookup, analyse, context, embed); `timeout_s` bounds each read."""
-    clock = _Stages(stage_s)
+    clock = clock or StageClock()
     if lookup is None:
         lookup = await look_up(pool, namespace, items, ids, timeout_s=timeout_s)
     clock.lap("lookup")
@@ -217,20 +217,6 @@ async def _embed(
         emb[i] = rc.vector(own_vec.get(i), after_vec.get(i), vecs, given.get(i))
         passages[i] = rc.passage_rows(vecs)
     return emb, passages
-
-
-class _Stages:
-    """Seconds per stage, into a caller's dict (or nowhere)."""
-
-    def __init__(self, into: dict[str, float] | None) -> None:
-        self.into = into
-        self.t = time.perf_counter()
-
-    def lap(self, stage: str) -> None:
-        now = time.perf_counter()
-        if self.into is not None:
-            self.into[stage] = self.into.get(stage, 0.0) + now - self.t
-        self.t = now
 
 
 def _row(

@@ -30,7 +30,7 @@ from retrieval import metrics as m
 from retrieval.embedding.base import Embedder
 from retrieval.embedding.meter import EmbedMeter
 from retrieval.errors import NotFound
-from retrieval.ingest.analyse import Analyser, in_threads
+from retrieval.ingest.index import Indexer, in_threads
 from retrieval.ingest.items import MemoryItem
 from retrieval.ingest.jobs import WriteJobs
 from retrieval.ingest.write import (
@@ -151,7 +151,7 @@ class Writer:
         t0 = time.perf_counter()
         check_namespace(namespace)
         ids = ids if ids is not None else assign_ids(items)
-        stages: dict[str, float] = {}
+        clock = m.StageClock()
         rows, embedded = await prepare_rows(
             self.pool,
             self.embedder,
@@ -164,12 +164,11 @@ class Writer:
             lookup=lookup,
             meter=self.meter,
             tick=tick,
-            stage_s=stages,
+            clock=clock,
             timeout_s=self.timeout_s,
         )
-        t = time.perf_counter()
         inserted = await write_rows(self.pool, namespace, rows, self.timeout_s)
-        stages["write"] = time.perf_counter() - t
+        clock.lap("write")
         m.INGESTED.labels("insert").inc(inserted)
         m.INGESTED.labels("update").inc(len(items) - inserted)
         return IngestReport(
@@ -180,7 +179,7 @@ class Writer:
             reembedded=embedded,
             ids=ids,
             seconds=time.perf_counter() - t0,
-            stage_s=stages,
+            stage_s=clock.seconds(),
             # With replicas: the primary's WAL position after the write; this namespace's reads
             # wait for a replica that has replayed it (read-your-writes).
             lsn=await self.router.note_write(namespace),
@@ -193,7 +192,7 @@ class Writer:
         namespace: str,
         *,
         vectors: Vectors | None,
-        analyse: Analyser,
+        analyse: Indexer,
     ) -> tuple[list[memories.MemoryRow], int]:
         """The rows of a chunk of an import (staged, then published by the importer), and how
         many were embedded; `analyse` runs the analysis (in the import's processes)."""

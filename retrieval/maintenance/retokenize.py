@@ -13,7 +13,7 @@ import asyncpg
 
 from db import pass_terms as db_terms
 from retrieval.embedding.texts import memory_text
-from retrieval.ingest.analyse import index_terms, word_count
+from retrieval.ingest.index import index_terms, word_count
 from retrieval.maintenance.passes import batches
 from retrieval.text.nlp import TOKENIZER_VERSION, JapaneseNLP
 

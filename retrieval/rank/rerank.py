@@ -18,7 +18,9 @@ from retrieval.models import (
     Candidate,
     Fused,
     Preset,
+    QueryIntent,
     Relevance,
+    RetrievalOptions,
     ScoredResult,
     Source,
     TimeRange,
@@ -208,30 +210,31 @@ def explain(
     return text
 
 
+# A request that asks nothing beyond the defaults (ten results, no diversity, no seeds).
+DEFAULT_OPTIONS = RetrievalOptions()
+
+
 def rerank(
     per_source: Mapping[Source, Sequence[Candidate]],
     preset: Preset,
+    intent: QueryIntent,
+    options: RetrievalOptions = DEFAULT_OPTIONS,
     *,
     now: datetime,
     window: TimeRange | None = None,
-    limit: int = 10,
-    query: str = "",
-    diversify_by: str | None = None,
-    per_bucket: int = 0,
-    named_seeds: tuple[str, ...] = (),
-    present: bool = False,
-    relations: tuple[str, ...] = (),
-    names: tuple[str, ...] = (),
-    speaker: str | None = None,
 ) -> tuple[list[ScoredResult], int]:
     """Fuse, add what expansion reached, admit the top `rerank_top` by quotas (window first,
     unless no memory with the question's words lies in it: rank.window.window_misread),
     add the character n-gram signal, decay by age, dedupe, threshold, diversify, label and
-    explain. `named_seeds`: the memories the caller named as the conversation's (what
-    their hops reach counts even where it matches nothing). `present`: a question about now,
-    whose newest fact goes first (retrieval.rank.latest; `relations`: whose fact it asks).
-    `names`: the people the question names, as it writes them. `speaker`: whose turns answer
-    it (retrieval.analysis.speaker)."""
+    explain. From the question (`intent`): its text (the n-gram signal), whether it asks about
+    now (its newest fact goes first, retrieval.rank.latest; `relations`: whose fact), the
+    people it names, whose turns answer it (retrieval.analysis.speaker). From the request
+    (`options`): the limit, diversity, and the memories the caller named as the
+    conversation's (`seed_ids`: what their hops reach counts even where it matches nothing)."""
+    limit, query, speaker = options.limit, intent.query, intent.speaker
+    diversify_by, per_bucket = options.diversify_by, options.per_bucket
+    named_seeds, present, relations = options.seed_ids, intent.present, intent.relations
+    names = tuple(n.text for n in intent.names)
     fused, expanded = expand(
         fuse_first_wave(per_source, preset), per_source, preset, frozenset(named_seeds)
     )

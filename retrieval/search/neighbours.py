@@ -18,7 +18,7 @@ _CTX_COLS = "x.id, x.external_id, x.content, x.title, x.memory_type, x.created_a
 # by time (ties by id), or, for a memory in no thread, along its reply chain (what it replies to,
 # and that one's, ...; the replies to it, and theirs, ..., the nearest first). `pos` is -1, -2,
 # ... before it and 1, 2, ... after it (in a chain: how many replies away).
-CONTEXT_SQL = f"""
+NEIGHBOURS_SQL = f"""
 WITH RECURSIVE r AS (
   SELECT m.id, m.external_id, m.thread, m.created_at FROM memories m
   WHERE m.namespace = $1 AND m.id = ANY($2::bigint[])),
@@ -69,14 +69,14 @@ async def surrounding(
     conn: asyncpg.Connection,
     namespace: str,
     ids: Sequence[int],
-    window: int,
+    per_side: int,
     *,
     timeout: float,
 ) -> dict[int, list[Neighbour]]:
-    """Per memory id, the live memories around it (at most `window` on each side), in order."""
-    if window <= 0 or not ids:
+    """Per memory id, the live memories around it (at most `per_side` on each side), in order."""
+    if per_side <= 0 or not ids:
         return {}
-    rows = await conn.fetch(CONTEXT_SQL, namespace, list(ids), window, timeout=timeout)
+    rows = await conn.fetch(NEIGHBOURS_SQL, namespace, list(ids), per_side, timeout=timeout)
     out: dict[int, list[Neighbour]] = defaultdict(list)
     for r in sorted(rows, key=lambda r: (r["for_id"], r["pos"], r["created_at"])):
         out[r["for_id"]].append(
@@ -92,4 +92,4 @@ async def surrounding(
     return dict(out)
 
 
-__all__ = ["CONTEXT_SQL", "surrounding"]
+__all__ = ["NEIGHBOURS_SQL", "surrounding"]

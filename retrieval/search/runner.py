@@ -39,9 +39,9 @@ from retrieval.text.passages import SPLIT_ABOVE
 
 logger = logging.getLogger(__name__)
 
-# The key under which the results' neighbours report (search_breakdown, degraded): the API
-# calls them a result's `context`.
-CONTEXT = "context"
+# The key under which the results' neighbours report (search_breakdown, degraded): the API's
+# word for them, a result's `context`.
+NEIGHBOURS = "context"
 
 # The first wave's candidates -> the seeds the hops start from (retrieval.rank.expansion).
 SeedChooser = Callable[
@@ -258,31 +258,31 @@ class LegRunner:
             return SourceReport(source.value, 0.0, 0, SourceStatus.ERROR, why)
 
     async def neighbours(
-        self, run: SearchRun, ids: Sequence[int], window: int
+        self, run: SearchRun, ids: Sequence[int], per_side: int
     ) -> dict[int, list[Neighbour]] | SourceReport:
         """The memories around each result (retrieval.search.neighbours), under the legs'
         deadline; a failure is reported (the results stand without them)."""
         t = time.perf_counter()
         timeout = run.leg_timeout(self.timeout_s)
         if timeout <= 0:
-            return self._past_deadline(CONTEXT)
+            return self._past_deadline(NEIGHBOURS)
         run = replace(run, timeout_s=timeout)
 
         async def attempt(on: SearchRun) -> dict[int, list[Neighbour]]:
             async with leg_connection(on, generic_plan=True) as conn:
                 return await asyncio.wait_for(
-                    surrounding(conn, on.filters.namespace, ids, window, timeout=timeout), timeout
+                    surrounding(conn, on.filters.namespace, ids, per_side, timeout=timeout), timeout
                 )
 
         try:
             return await self.failover(run, attempt)
         except (TimeoutError, asyncpg.exceptions.QueryCanceledError):
-            return self._timed_out(CONTEXT, t, timeout)
+            return self._timed_out(NEIGHBOURS, t, timeout)
         except Exception as exc:  # the results stand without their neighbours (a leg's rule)
             ms = (time.perf_counter() - t) * 1000.0
-            m.SOURCE_ERRORS.labels(CONTEXT).inc()
+            m.SOURCE_ERRORS.labels(NEIGHBOURS).inc()
             logger.warning("context of the results failed: %r", exc)
-            return SourceReport(CONTEXT, ms, 0, SourceStatus.ERROR, type(exc).__name__)
+            return SourceReport(NEIGHBOURS, ms, 0, SourceStatus.ERROR, type(exc).__name__)
 
 
 def primary_run(run: SearchRun, primary: asyncpg.Pool) -> SearchRun:

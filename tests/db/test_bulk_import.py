@@ -11,7 +11,7 @@ from db.errors import ImportInProgress
 from retrieval.api.items import parse_line
 from retrieval.errors import InvalidInput
 from retrieval.ingest import importer
-from retrieval.ingest.analyse import index_terms
+from retrieval.ingest.index import index_terms
 from retrieval.models import RetrievalOptions
 
 LINES = [

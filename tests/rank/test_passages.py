@@ -38,7 +38,7 @@ from retrieval.text.passages import (
     split_passages,
 )
 from tests.fakes import cand
-from tests.helpers import ingest_items
+from tests.helpers import asked, ingest_items
 
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
 
@@ -225,7 +225,7 @@ def test_a_memory_read_whole_gets_its_highlight_only_when_shown_and_the_same_one
     cands = per_source[Source.KEYWORD]
     query = "富士山の標高は何メートル"
     assert set(lex_highlights(query, cands, per_source)) == {2}
-    results, _ = rerank(per_source, KEYWORD_BOOST, now=NOW, query=query, limit=2)
+    results, _ = rerank(per_source, KEYWORD_BOOST, *asked(query, limit=2), now=NOW)
     alone = highlights(query, cands, per_source)
     assert [r.candidate.id for r in results] == [1, 2]
     assert all(r.highlight == alone[r.candidate.id][0].bounds for r in results)

@@ -12,6 +12,7 @@ from retrieval.rank.fusion import fuse_weighted, minmax, rrf
 from retrieval.rank.rerank import dedupe, rerank
 from retrieval.rank.window import in_window, recency_factor
 from tests.fakes import cand
+from tests.helpers import asked
 
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
 
@@ -89,7 +90,7 @@ def test_rerank_window_first_then_outside():
         Source.TEMPORAL: [inside],
         Source.VECTOR: [outside, cand(1, 0.80, Source.VECTOR, created_at=NOW - timedelta(days=3))],
     }
-    res, before = rerank(per, TEMPORAL, now=NOW, window=w, limit=10)
+    res, before = rerank(per, TEMPORAL, *asked(limit=10), now=NOW, window=w)
     assert [r.candidate.id for r in res] == [1, 2]
     assert res[1].relevance == "outside_window" and "outside last_week" in res[1].reason
     assert "inside last_week" in res[0].reason and before == 2
@@ -110,7 +111,7 @@ def test_a_window_holding_none_of_the_questions_words_is_set_aside():
         Source.VECTOR: [said, cand(2, 0.80, Source.VECTOR, created_at=unrelated.created_at)],
         Source.KEYWORD: [cand(1, 15.0, Source.KEYWORD, created_at=old)],
     }
-    res, _ = rerank(per, TEMPORAL, now=NOW, window=w, limit=10)
+    res, _ = rerank(per, TEMPORAL, *asked(limit=10), now=NOW, window=w)
     assert [r.candidate.id for r in res] == [1, 2]
     assert all("last_thursday set aside" in r.reason for r in res)
     # Still said where each lies, but not scaled below the window's.
@@ -119,7 +120,7 @@ def test_a_window_holding_none_of_the_questions_words_is_set_aside():
     assert "inside last_thursday" in res[1].reason
 
     per[Source.KEYWORD].append(cand(2, 2.0, Source.KEYWORD, created_at=unrelated.created_at))
-    res, _ = rerank(per, TEMPORAL, now=NOW, window=w, limit=10)
+    res, _ = rerank(per, TEMPORAL, *asked(limit=10), now=NOW, window=w)
     assert [r.candidate.id for r in res] == [2, 1]
     assert not any("set aside" in r.reason for r in res)
     assert res[1].relevance == "outside_window"
@@ -143,7 +144,7 @@ def test_scores_follow_the_window_first_order_and_weak_results_are_low():
             cand(5, 0.2, Source.VECTOR, created_at=old),
         ],
     }
-    res, _ = rerank(per, TEMPORAL, now=NOW, window=w, limit=10)
+    res, _ = rerank(per, TEMPORAL, *asked(limit=10), now=NOW, window=w)
     assert [r.candidate.id for r in res][:2] == [1, 2]
     scores = [r.score for r in res]
     assert scores == sorted(scores, reverse=True), scores
@@ -159,7 +160,7 @@ def test_rerank_threshold_labels_and_reasons():
         Source.VECTOR: [cand(1, 0.9, Source.VECTOR), cand(2, 0.1, Source.VECTOR)],
         Source.KEYWORD: [cand(1, 5.0, Source.KEYWORD)],
     }
-    res, before = rerank(per, KEYWORD_BOOST, now=NOW, limit=10)
+    res, before = rerank(per, KEYWORD_BOOST, *asked(limit=10), now=NOW)
     assert [r.candidate.id for r in res] == [1]
     assert res[0].relevance == "high"
     assert "vector (cos 0.900" in res[0].reason and "keyword (bm25 5.000" in res[0].reason
@@ -172,7 +173,7 @@ def test_rerank_rrf_preset_scales_to_one():
         HYBRID, fusion=Fusion.RRF, weights=_w(vector=1.0, keyword=1.0), lex_weight=0.0
     )
     per = {Source.VECTOR: [cand(1, 0.9, Source.VECTOR), cand(2, 0.8, Source.VECTOR)]}
-    res, _ = rerank(per, rrf_preset, now=NOW, limit=5)
+    res, _ = rerank(per, rrf_preset, *asked(limit=5), now=NOW)
     assert res[0].score == pytest.approx(1.0 * res[0].signals["recency"])
     assert "rank 1" in res[0].reason
 
@@ -184,13 +185,13 @@ def test_rerank_considers_only_top_n():
             for i in range(120)
         ]
     }
-    res, before = rerank(per, HYBRID, now=NOW, limit=10)
+    res, before = rerank(per, HYBRID, *asked(limit=10), now=NOW)
     assert before == 120 and len(res) == 10
     # A candidate below the first 50 is not scored further, however well it matches the query:
     # the same text first at rank 10, nowhere at rank 60.
     for rank, found in ((10, True), (60, False)):
         per[Source.VECTOR][rank].content = "光合成の仕組みと葉緑体"
-        res, _ = rerank(per, HYBRID, now=NOW, limit=10, query="光合成の仕組みと葉緑体")
+        res, _ = rerank(per, HYBRID, *asked("光合成の仕組みと葉緑体", limit=10), now=NOW)
         assert (res[0].candidate.id == rank) is found and (
             rank in {r.candidate.id for r in res}
         ) is found
@@ -224,7 +225,9 @@ def test_fuzzy_window_soft_edge_is_near_not_inside_and_decays():
             for i in (4, 3, 2, 1)
         ]
     }
-    out, _ = rerank(per, TEMPORAL, now=datetime(2026, 11, 22, tzinfo=tz), window=window, limit=4)
+    out, _ = rerank(
+        per, TEMPORAL, *asked(limit=4), now=datetime(2026, 11, 22, tzinfo=tz), window=window
+    )
     ids = [r.candidate.id for r in out]
     assert ids == [1, 2, 3, 4]
     rel = {r.candidate.id: r.relevance for r in out}
@@ -282,7 +285,7 @@ def test_the_other_side_of_a_chat_keeps_a_share():
     }
 
     def order(speaker):
-        res, _ = rerank(per, HYBRID, now=NOW, limit=10, speaker=speaker)
+        res, _ = rerank(per, HYBRID, *asked(limit=10, speaker=speaker), now=NOW)
         return [r.candidate.id for r in res], res
 
     ids, res = order("user")

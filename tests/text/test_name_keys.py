@@ -2,7 +2,7 @@
 
 import pytest
 
-from retrieval.ingest.analyse import index_terms, word_count
+from retrieval.ingest.index import index_terms, word_count
 from retrieval.text.name_keys import (
     READING_PREFIX,
     SOUND_PREFIX,

@@ -11,9 +11,9 @@ from retrieval.text.name_keys import is_name_key, name_keys
 from retrieval.text.nlp import JapaneseNLP, Token, memory_entities, terms_from_tokens
 
 # Terms and entities of one text: what tokenising a memory yields.
-Analysis = tuple[list[str], list[tuple[str, float]]]
+Indexed = tuple[list[str], list[tuple[str, float]]]
 # Analyses a batch of texts (True where the item's entities are to be extracted).
-Analyser = Callable[[list[str], list[bool]], Awaitable[list[Analysis]]]
+Indexer = Callable[[list[str], list[bool]], Awaitable[list[Indexed]]]
 
 
 def index_terms(toks: list[Token]) -> list[str]:
@@ -27,22 +27,22 @@ def word_count(terms: list[str]) -> int:
     return sum(1 for t in terms if not is_name_key(t))
 
 
-def analyse_texts(nlp: JapaneseNLP, texts: list[str], want_entities: list[bool]) -> list[Analysis]:
+def index_texts(nlp: JapaneseNLP, texts: list[str], want_entities: list[bool]) -> list[Indexed]:
     """Index terms and (where wanted) entities of each text: the CPU-bound part of a write."""
-    out: list[Analysis] = []
+    out: list[Indexed] = []
     for text, want in zip(texts, want_entities, strict=True):
         toks = nlp.tokens(text)
         out.append((index_terms(toks), memory_entities(text, toks) if want else []))
     return out
 
 
-def in_threads(nlp: JapaneseNLP) -> Analyser:
+def in_threads(nlp: JapaneseNLP) -> Indexer:
     """Analyse on the default executor, one text at a time (the event loop stays free)."""
 
-    async def run(texts: list[str], want: list[bool]) -> list[Analysis]:
+    async def run(texts: list[str], want: list[bool]) -> list[Indexed]:
         loop = asyncio.get_running_loop()
         return [
-            (await loop.run_in_executor(None, analyse_texts, nlp, [t], [w]))[0]
+            (await loop.run_in_executor(None, index_texts, nlp, [t], [w]))[0]
             for t, w in zip(texts, want, strict=True)
         ]
 

@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 from db.embedded_server import embedded_dsn, stop_embedded
-from db.vector_check import VECTOR_VERSIONS, VectorExtensionError, check_vector
+from db.extensions import VECTOR_VERSIONS, VectorExtensionError, check_vector
 from retrieval.runtime import migrate_database
 
 # A function that kills the backend running it with SIGILL, as a vector.so built for another

@@ -1,4 +1,6 @@
-"""pgvector checked at start, whatever the server: an extension built for another CPU (the
+"""The extensions the store needs. pg_trgm: whether it is there, with the index the names leg
+reads (TRIGRAM_READY; without it that leg is off, said at start). pgvector, checked at start,
+whatever the server: an extension built for another CPU (the
 AVX-512 build an older embedded wheel shipped) kills its backend on the first distance. Found
 mid-request or mid-import that reads as a pool error; found here it is one sentence. An older
 extension version is updated in place (`ALTER EXTENSION vector UPDATE`)."""
@@ -87,3 +89,9 @@ async def check_vector(dsn: str, *, probe: str = DISTANCE) -> str:
     finally:
         if not conn.is_closed():
             await conn.close()
+
+
+# Returns whether the server has pg_trgm and the trigram index the names leg reads.
+TRIGRAM_READY = """
+SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm') AS extension,
+       to_regclass('idx_memories_content_trgm') IS NOT NULL AS indexed"""
