@@ -7,6 +7,7 @@ count a change twice."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
 from collections.abc import Sequence
@@ -23,11 +24,20 @@ from db.session import session
 
 logger = logging.getLogger(__name__)
 
+# A memory as the API shows it (m: memories), with the links it made.
+MEMORY_COLUMNS = """
+m.external_id, m.namespace, m.content, m.title, m.memory_type, m.source_type, m.metadata,
+m.created_at, m.ingested_at, m.expires_at, m.is_archived, m.searchable, m.thread,
+coalesce((SELECT jsonb_agg(jsonb_build_object('to', l.to_external, 'label', l.label)
+                           ORDER BY l.to_external, l.label)
+          FROM memory_links l
+          WHERE l.namespace = m.namespace AND l.from_external = m.external_id),
+         '[]'::jsonb) AS links"""
+
 # Returns one live or archived memory of a namespace by its external id.
-GET_MEMORY = """
-SELECT external_id, namespace, content, title, memory_type, source_type, metadata, created_at,
-       ingested_at, expires_at, is_archived, searchable
-FROM memories WHERE namespace = $1 AND external_id = $2"""
+GET_MEMORY = f"""
+SELECT {MEMORY_COLUMNS}
+FROM memories m WHERE m.namespace = $1 AND m.external_id = $2"""
 
 # Archives a memory; returns its external id when it existed.
 ARCHIVE_MEMORY = """
@@ -232,10 +242,16 @@ async def get_memory(
     """One memory of a namespace, archived or not, as the API shows it (`id` its external id);
     None when absent."""
     row = await conn.fetchrow(GET_MEMORY, namespace, external_id, timeout=timeout_s)
-    if row is None:
-        return None
+    return None if row is None else _shown(row)
+
+
+def _shown(row: asyncpg.Record) -> dict[str, Any]:
+    """A memory's row as the API shows it: `id` its external id, links and metadata decoded."""
     out = dict(row)
     out["id"] = out.pop("external_id")
+    for k in ("links", "metadata"):
+        if isinstance(out[k], str):
+            out[k] = json.loads(out[k])
     return out
 
 
@@ -267,6 +283,61 @@ async def record_feedback(
     args = (run, namespace, external_id, negative, comment)
     if await conn.fetchval(INSERT_FEEDBACK, *args, timeout=timeout_s) is None:
         raise NotFound(f"no run {run_id} in namespace {namespace!r}")
+
+
+# A page of namespace $1's memories after external id $2 (null: from the first), in external id
+# order, with the links each made: the listing's and the export's rows. Filters: thread $3,
+# created at or after $4 and before $5, archived ones too when $6. Returns at most $7 rows.
+LIST_MEMORIES = f"""
+SELECT {MEMORY_COLUMNS}
+FROM memories m
+WHERE m.namespace = $1 AND ($2::text IS NULL OR m.external_id > $2)
+  AND ($3::text IS NULL OR m.thread = $3)
+  AND ($4::timestamptz IS NULL OR m.created_at >= $4)
+  AND ($5::timestamptz IS NULL OR m.created_at < $5)
+  AND ($6 OR NOT m.is_archived)
+ORDER BY m.external_id
+LIMIT $7"""
+
+
+@dataclass(frozen=True)
+class Page:
+    """Which memories of a namespace a listing asks for."""
+
+    after: str | None = None
+    thread: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    include_archived: bool = False
+
+
+async def list_memories(
+    conn: asyncpg.Connection, namespace: str, page: Page, limit: int, *, timeout_s: float | None
+) -> list[dict[str, Any]]:
+    """Up to `limit` memories of the namespace after `page.after`, in external id order (a
+    memory written meanwhile is listed when its id comes later; none is listed twice), each
+    with the links it made; `id` is its external id."""
+    rows = await conn.fetch(
+        LIST_MEMORIES,
+        namespace,
+        page.after,
+        page.thread,
+        page.since,
+        page.until,
+        page.include_archived,
+        limit,
+        timeout=timeout_s,
+    )
+    out = []
+    for r in rows:
+        d = dict(r)
+        d["id"] = d.pop("external_id")
+        d["links"] = json.loads(d["links"]) if isinstance(d["links"], str) else d["links"]
+        d["metadata"] = (
+            json.loads(d["metadata"]) if isinstance(d["metadata"], str) else d["metadata"]
+        )
+        out.append(d)
+    return out
 
 
 def as_vector(v: Any) -> Vector:

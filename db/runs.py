@@ -72,11 +72,13 @@ async def get_run(
 
 
 # Deletes up to $2 rows of a table older than $1 days; returns how many (one statement per
-# table: the table names are constants, never user input). Write jobs go once finished.
+# table: the table names are constants, never user input). Write jobs and purges go once
+# finished.
 _OLD = {
     "retrieval_runs": "created_at",
     "feedback": "created_at",
     "ingest_jobs": "finished_at",
+    "purges": "finished_at",
 }
 _PURGE = {
     table: f"""

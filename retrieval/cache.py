@@ -8,19 +8,42 @@ count, a few large entries would hold gigabytes.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Collection, Hashable
+from typing import Any, Generic, TypeVar
 
 V = TypeVar("V")
+
+# Every cache whose keys name a memory (by its internal id), so that an erased memory leaves
+# them all (forget_memories).
+_OF_MEMORIES: weakref.WeakSet[ByteLRU[Any]] = weakref.WeakSet()
+
+
+def forget_memories(ids: Collection[int] | None) -> int:
+    """Drop what every cache holds of these memories (internal ids; None: of every memory);
+    how many entries went."""
+    wanted = None if ids is None else set(ids)
+    gone = 0
+    for c in list(_OF_MEMORIES):
+        at = c.memory_at
+        gone += c.drop(lambda k: wanted is None or k[at] in wanted)  # noqa: B023
+    return gone
 
 
 class ByteLRU(Generic[V]):
     """get_or_compute(key, fn) with at most `max_bytes` held; `size(key, value)` estimates an
     entry. An entry larger than an eighth of the budget is computed but never held."""
 
-    def __init__(self, max_bytes: int, size: Callable[[Hashable, V], int]) -> None:
+    def __init__(
+        self, max_bytes: int, size: Callable[[Hashable, V], int], *, memory_at: int | None = None
+    ) -> None:
+        """`memory_at`: where in each (tuple) key the memory it holds something of is named
+        (its internal id), for forget_memories."""
         self.max_bytes = max_bytes
+        self.memory_at = memory_at if memory_at is not None else -1
+        if memory_at is not None:
+            _OF_MEMORIES.add(self)
         self._size = size
         self._items: OrderedDict[Hashable, tuple[V, int]] = OrderedDict()
         self._lock = threading.Lock()
@@ -68,3 +91,11 @@ class ByteLRU(Generic[V]):
         value = fn()  # outside the lock: concurrent misses of one key may both compute it
         self.put(key, value)
         return value
+
+    def drop(self, which: Callable[[Any], bool]) -> int:
+        """Drop the entries whose key `which` picks; how many."""
+        with self._lock:
+            gone = [k for k in self._items if which(k)]
+            for k in gone:
+                self.bytes -= self._items.pop(k)[1]
+        return len(gone)

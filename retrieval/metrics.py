@@ -107,6 +107,11 @@ RETENTION_DELETED = Counter(
     "retrieval_retention_deleted_total", "Run-log and feedback rows deleted by retention", ["table"]
 )
 FEEDBACK = Counter("retrieval_feedback_total", "Feedback events", ["kind"])
+ERASED = Counter(
+    "retrieval_erased_memories_total",
+    "Memories erased, by how: erase (by id), purge (a namespace), expired (past expires_at)",
+    ["how"],
+)
 HTTP_REQUESTS = Counter(
     "retrieval_http_requests_total", "HTTP requests", ["route", "method", "status"]
 )

@@ -20,6 +20,7 @@ from db.runs import insert_run
 from retrieval import metrics as m
 from retrieval.analysis.analyzer import QueryAnalyzer
 from retrieval.analysis.strategy import PRESETS, Plan, plan, with_sources
+from retrieval.cache import forget_memories
 from retrieval.embedding.base import Embedder
 from retrieval.embedding.query import QueryEmbedding, QueryEmbeddings
 from retrieval.models import (
@@ -331,6 +332,13 @@ class Orchestrator:
         """Wait for background run-log writes (tests, shutdown)."""
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    def forget(self, namespace: str, ids: list[int] | None) -> None:
+        """Drop what this process holds of erased memories (internal ids; None: every memory
+        of the namespace, as a purge does) and the namespace's cached query embeddings: a
+        question is personal data too."""
+        self.embeddings.cache.drop(lambda key: key[0] == namespace)
+        forget_memories(ids)
 
     async def close(self) -> None:
         """Finish background writes; stop the embedding threads (a hung one is left behind)."""

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import asyncpg
 
 from db import migrate as migrations
+from db.erasure import FORGET_CHANNEL
 from db.extensions import TRIGRAM_READY, check_vector
 from db.meta import check_embedding_model
 from db.pool import create_pool, wait_for_server
@@ -49,6 +52,8 @@ class Runtime:
     budget: TenantBudget
     # What this server lacks, by the name to report it under (pg_trgm), with what it costs.
     missing: dict[str, str] = field(default_factory=dict)
+    # The connection that hears of erasures in the other processes (NOTIFY retrieval_forget).
+    listener: asyncpg.Connection | None = None
 
     @property
     def jobs(self) -> WriteJobs:
@@ -57,6 +62,11 @@ class Runtime:
         return self.writer.jobs
 
     async def close(self) -> None:
+        if self.writer.purges is not None:
+            await self.writer.purges.close()
+        if self.listener is not None:
+            with suppress(Exception):  # the server is away: the connection is gone anyway
+                await asyncio.wait_for(self.listener.close(), 5.0)
         await self.orchestrator.close()
         await self.router.close()
         await self.pool.close()
@@ -142,10 +152,38 @@ async def open_runtime(
         max_wait_s=settings.tenant_max_wait_s,
         max_in_flight=settings.tenant_max_in_flight,
     )
-    writer = Writer.of(settings, pool, nlp, embedder, router, budget)
+    writer = Writer.of(settings, pool, nlp, embedder, router, budget, forget=orch.forget)
+    listener = await _forget_listener(dsn, orch)
     return Runtime(
-        settings, dsn, pool, nlp, analyzer, embedder, orch, writer, router, budget, missing
+        settings,
+        dsn,
+        pool,
+        nlp,
+        analyzer,
+        embedder,
+        orch,
+        writer,
+        router,
+        budget,
+        missing,
+        listener,
     )
+
+
+async def _forget_listener(dsn: str, orch: Orchestrator) -> asyncpg.Connection:
+    """A connection that listens for erasures (db.erasure.FORGET_CHANNEL, sent by whichever
+    process erased) and drops what this process's caches hold of them."""
+
+    def heard(_conn: object, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            what = json.loads(payload)
+            orch.forget(str(what["namespace"]), None if what.get("all") else list(what["ids"]))
+        except (ValueError, KeyError, TypeError):
+            logger.warning("an erasure notice that could not be read: %.100s", payload)
+
+    conn = await asyncpg.connect(dsn)
+    await conn.add_listener(FORGET_CHANNEL, heard)
+    return conn
 
 
 async def _connect(settings: Settings, target: str, min_size: int | None = None) -> asyncpg.Pool:

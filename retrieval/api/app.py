@@ -30,12 +30,16 @@ logger = logging.getLogger(__name__)
 
 
 async def _retention(rt: Runtime, every_s: float = 3600.0) -> None:
-    """Delete run-log and feedback rows older than the retention, hourly, in batches."""
+    """Hourly: erase the memories past their `expires_at` (as DELETE erases one: the Writer),
+    and delete run-log, feedback, finished job and purge rows older than the retention, in
+    batches."""
     days = rt.settings.run_retention_days
-    while days > 0:
+    while True:
         try:
-            for table, n in (await purge_old(rt.pool, days)).items():
-                m.RETENTION_DELETED.labels(table).inc(n)
+            await rt.writer.erase_expired()
+            if days > 0:
+                for table, n in (await purge_old(rt.pool, days)).items():
+                    m.RETENTION_DELETED.labels(table).inc(n)
         except Exception as exc:  # the next round tries again
             logger.warning("retention: %s", exc)
         await asyncio.sleep(every_s)
@@ -75,6 +79,7 @@ def _lifespan(settings: Settings, runtime: Runtime | None, mcp_http: Any, mcp_cl
             keepers = [
                 asyncio.create_task(_retention(app.state.runtime)),
                 asyncio.create_task(app.state.runtime.jobs.run()),
+                asyncio.create_task(app.state.runtime.writer.purges.run()),
             ]
             try:
                 yield

@@ -36,7 +36,8 @@ MAX_CONTENT_CHARS = 1500
 INSTRUCTIONS = (
     "Long-term memory of conversations, notes and documents (Japanese and English). Call "
     "search_memories before answering anything that may depend on what was said or stored "
-    "before; remember what should be recalled later; forget what is wrong or no longer true; "
+    "before; remember what should be recalled later; forget (erase) what is wrong or must not be "
+    "kept; "
     "feedback when a found memory did not help."
 )
 
@@ -188,17 +189,20 @@ def _remember(server: MCPServer, api: Api) -> None:
 
 
 def _forget(server: MCPServer, api: Api) -> None:
-    @server.tool(description="Archive a memory: it is no longer found by searches.")
+    @server.tool(
+        description="Erase a memory for real: it is deleted with everything derived from it "
+        "(it cannot be brought back; use it for what is wrong or must not be kept)."
+    )
     async def forget(
         memory_id: Annotated[str, Field(description="The memory's id.")],
         ctx: Context,
         namespace: Annotated[str, Field(description="Whose memory (a tenant).")] = "default",
     ) -> str:
         try:
-            out = await api(ctx).forget(memory_id, namespace)
+            out = await api(ctx).erase(memory_id, namespace)
         except ApiError as exc:
             raise _tool_error(exc) from None
-        return f"archived {out.id}" if out.archived else f"{out.id} was already archived"
+        return f"erased {', '.join(out.erased)}"
 
 
 def _feedback(server: MCPServer, api: Api) -> None:

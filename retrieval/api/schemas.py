@@ -175,6 +175,17 @@ class MemoriesIn(BaseModel):
     memories: list[MemoryIn] = Field(min_length=1)
 
 
+# Memories a listing's page holds at most (GET /v1/memories?limit=).
+MAX_PAGE = 1000
+
+
+class EraseIn(BaseModel):
+    """POST /v1/memories/erase: the memories to erase."""
+
+    namespace: NamespaceStr = "default"
+    ids: list[Annotated[SafeId, Field(min_length=1, max_length=MAX_ID_CHARS)]] = Field(min_length=1)
+
+
 class FeedbackIn(BaseModel):
     namespace: NamespaceStr = "default"
     memory_id: SafeId = Field(min_length=1, max_length=MAX_ID_CHARS)
@@ -254,4 +265,5 @@ def document_limits(schema: dict[str, Any], settings: Settings) -> dict[str, Any
     put("Message", "content", maxLength=settings.max_message_chars)
     put("RetrieveOptionsIn", "limit", minimum=1, maximum=settings.max_limit)
     put("MemoriesIn", "memories", maxItems=settings.max_batch)
+    put("EraseIn", "ids", maxItems=settings.max_batch)
     return schema

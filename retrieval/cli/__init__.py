@@ -39,6 +39,7 @@ from retrieval.cli.args import (
     Arg,
     arg,
     batch,
+    iso_time,
     port,
     positive,
 )
@@ -207,6 +208,53 @@ COMMANDS: tuple[Command, ...] = (
         ),
         "Validate every line, analyse and embed in chunks (staged and committed, so "
         "rerunning the same command resumes), then publish the whole file in one transaction.",
+    ),
+    Command(
+        "list",
+        "a page of a namespace's memories, as JSON lines (the next page's cursor on stderr)",
+        "retrieval.cli.memories:list_page",
+        (
+            NAMESPACE,
+            arg("--limit", type=positive, default=100, help="memories at most (default 100)"),
+            arg("--cursor", help="the cursor the previous page printed"),
+            arg("--thread", help="only this thread's memories"),
+            arg("--since", type=iso_time, help="created at or after this ISO 8601 instant"),
+            arg("--until", type=iso_time, help="created before this ISO 8601 instant"),
+            arg("--include-archived", action="store_true", help="archived memories too"),
+        ),
+    ),
+    Command(
+        "export",
+        "every memory of a namespace as JSONL (what `retrieval ingest` reads back)",
+        "retrieval.cli.memories:export",
+        (
+            NAMESPACE,
+            arg("--output", "-o", type=Path, help="write to this file (default: stdout)"),
+            arg("--include-archived", action="store_true", help="archived memories too"),
+        ),
+        "Write every memory of the namespace, one JSON object a line, in id order: id, "
+        "content, title, created_at, expires_at, memory_type, source_type, metadata (a chat "
+        "turn's role too), thread, links. `retrieval ingest FILE --namespace NS` into an "
+        "empty namespace gives the same memories back (vectors and terms are made again).",
+    ),
+    Command(
+        "erase",
+        "erase memories for real (the rows and all derived from them, in one transaction)",
+        "retrieval.cli.memories:erase",
+        (NAMESPACE, arg("ids", nargs="+", help="the memories' ids")),
+        "Erase the memories named: their rows, vectors, passages, terms and names, the links "
+        "to them, their feedback and the run-log entries that returned or quote them, in one "
+        "transaction; every running service drops them from its caches "
+        "(docs/runbook.md#what-erasing-leaves).",
+    ),
+    Command(
+        "purge",
+        "erase a whole namespace, then VACUUM (resumes a purge that stopped)",
+        "retrieval.cli.memories:purge",
+        (NAMESPACE,),
+        "Erase every memory of the namespace, a batch at a time, then every other row that "
+        "names it, then VACUUM the tables it touched; the same job as POST "
+        "/v1/namespaces/{ns}/purge (a purge that runs is joined, one that stopped resumed).",
     ),
     Command(
         "query",

@@ -24,7 +24,8 @@ from typing import Any
 
 import asyncpg
 
-from db import memories
+from db import erasure, memories
+from db.erasure import Erased
 from db.session import session
 from retrieval import metrics as m
 from retrieval.embedding.base import Embedder
@@ -33,6 +34,7 @@ from retrieval.errors import NotFound
 from retrieval.ingest.index import Indexer, in_threads
 from retrieval.ingest.items import MemoryItem
 from retrieval.ingest.jobs import WriteJobs
+from retrieval.ingest.purges import Purges
 from retrieval.ingest.write import (
     IngestReport,
     Lookup,
@@ -73,8 +75,12 @@ class Writer:
     inline_embed_s: float
     # The tenants' shares: an inline write's embedding waits for its tenant's share.
     budget: TenantBudget | None = None
-    # The queue of larger batches (`of` makes it).
+    # Drops what this process's caches hold of erased memories (the read path's; a namespace
+    # and internal ids, None: all of the namespace's).
+    forget: Callable[[str, list[int] | None], None] = lambda _ns, _ids: None
+    # The queue of larger batches and the purges of namespaces (`of` makes them).
     jobs: WriteJobs | None = None
+    purges: Purges | None = None
 
     @classmethod
     def of(
@@ -85,9 +91,11 @@ class Writer:
         embedder: Embedder,
         router: ReadRouter,
         budget: TenantBudget | None = None,
+        forget: Callable[[str, list[int] | None], None] | None = None,
     ) -> Writer:
         """The writer the settings describe, with its queue of write jobs (whose worker
-        writes through it)."""
+        writes through it) and its purges; `forget` drops erased memories from the read
+        path's caches."""
         writer = cls(
             pool,
             nlp,
@@ -100,6 +108,8 @@ class Writer:
             inline_embed_s=settings.inline_embed_s,
             budget=budget,
         )
+        if forget is not None:
+            writer.forget = forget
         writer.jobs = WriteJobs(
             pool,
             writer.write,
@@ -108,6 +118,7 @@ class Writer:
             work=settings.job_worker,
             budget=budget,
         )
+        writer.purges = Purges(pool, writer.jobs.owner, settings.write_timeout_s, writer.forget)
         return writer
 
     def using(self, embedder: Embedder) -> Writer:
@@ -238,3 +249,32 @@ class Writer:
             )
         await self.router.note_write(namespace)
         m.FEEDBACK.labels("negative" if negative else "positive").inc()
+
+    async def erase(self, namespace: str, memory_ids: list[str], *, how: str = "erase") -> Erased:
+        """Erase these memories for real, in one transaction (db.erasure: the row and all that
+        is derived from it, the links to it, its feedback, the run-log entries that returned or
+        quote it); this process's caches now, the others' by NOTIFY. Ids not stored are left
+        out of what it returns. `how`: the metric's label (erase, expired)."""
+        async with session(self.pool, self.timeout_s, transaction="write") as conn:
+            gone = await erasure.erase(conn, namespace, memory_ids, timeout_s=self.timeout_s)
+        self.forget(namespace, gone.ids)
+        await self.router.note_write(namespace)
+        m.ERASED.labels(how).inc(len(gone.ids))
+        return gone
+
+    async def erase_expired(self, batch: int = 500) -> int:
+        """Erase the memories past their `expires_at` (the retention's hourly pass), a batch
+        of a namespace at a time, as `erase` does; how many."""
+        total = 0
+        while True:
+            async with session(self.pool, self.timeout_s) as conn:
+                due = await conn.fetch(erasure.EXPIRED, batch, timeout=self.timeout_s)
+            if not due:
+                return total
+            by_ns: dict[str, list[str]] = {}
+            for r in due:
+                by_ns.setdefault(r["namespace"], []).append(r["external_id"])
+            for ns, ids in by_ns.items():
+                total += len((await self.erase(ns, ids, how="expired")).ids)
+            if len(due) < batch:
+                return total

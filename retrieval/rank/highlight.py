@@ -140,7 +140,7 @@ def bigram_codes(grams: tuple[str, ...], shift: int) -> np.ndarray:
     return np.concatenate((q, q + 1))
 
 
-_INDEX: ByteLRU[SpanIndex] = ByteLRU(INDEX_CACHE_BYTES, lambda _k, v: v.nbytes)
+_INDEX: ByteLRU[SpanIndex] = ByteLRU(INDEX_CACHE_BYTES, lambda _k, v: v.nbytes, memory_at=0)
 
 
 def span_index(content: str, owner: Hashable) -> SpanIndex:

@@ -123,6 +123,7 @@ READ_CACHE_BYTES = 16 * 1024 * 1024
 _READ: ByteLRU[frozenset[str]] = ByteLRU(
     READ_CACHE_BYTES,
     lambda k, v: 200 + len(k[2]) + 80 * len(v),  # type: ignore[index]
+    memory_at=1,
 )
 
 

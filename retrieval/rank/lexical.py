@@ -69,8 +69,8 @@ def held_bytes(_key: Hashable, grams: np.ndarray | frozenset[str]) -> int:
     return 200 + (grams.nbytes if isinstance(grams, np.ndarray) else 110 * len(grams))
 
 
-_CODES: ByteLRU[np.ndarray | frozenset[str]] = ByteLRU(NGRAM_CACHE_BYTES, held_bytes)
-_BIGRAM_SETS: ByteLRU[frozenset[str]] = ByteLRU(BIGRAM_SET_CACHE_BYTES, held_bytes)
+_CODES: ByteLRU[np.ndarray | frozenset[str]] = ByteLRU(NGRAM_CACHE_BYTES, held_bytes, memory_at=0)
+_BIGRAM_SETS: ByteLRU[frozenset[str]] = ByteLRU(BIGRAM_SET_CACHE_BYTES, held_bytes, memory_at=0)
 
 
 def asked_grams(grams: Collection[str], n: int) -> tuple[list[str], np.ndarray]:

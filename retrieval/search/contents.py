@@ -61,7 +61,9 @@ class Contents:
     """The long contents read lately, by row version; `of()` completes a leg's rows."""
 
     def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
-        self.cache: ByteLRU[str] = ByteLRU(max_bytes, lambda _k, v: 100 + sys.getsizeof(v))
+        self.cache: ByteLRU[str] = ByteLRU(
+            max_bytes, lambda _k, v: 100 + sys.getsizeof(v), memory_at=0
+        )
 
     async def of(
         self,

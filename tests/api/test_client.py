@@ -11,6 +11,7 @@ import pytest
 from retrieval_client import (
     ArchivedOut,
     AsyncRetrievalClient,
+    ErasedOut,
     FeedbackOut,
     Forbidden,
     IngestOut,
@@ -75,9 +76,14 @@ def test_every_route_typed(server):
         assert isinstance(fb, FeedbackOut) and fb.id
         run = c.run(got.metadata.run_id)
         assert isinstance(run, RunOut) and run.query == "京都への出張はいつ？"
-        gone = c.forget("gym", namespace=ns)
-        assert isinstance(gone, ArchivedOut) and gone.archived
+        kept = c.archive("gym", namespace=ns)
+        assert isinstance(kept, ArchivedOut) and kept.archived
         assert c.get("gym", namespace=ns).is_archived
+        gone = c.erase("gym", namespace=ns)
+        assert isinstance(gone, ErasedOut) and gone.erased == ["gym"]
+        with pytest.raises(NotFound):
+            c.get("gym", namespace=ns)
+        assert c.erase(["gym", "never"], namespace=ns).not_found == ["gym", "never"]
         context = c.retrieve(
             "出張", namespace=ns, options={"context_window": 0, "expand": False}
         ).results

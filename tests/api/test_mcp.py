@@ -66,7 +66,7 @@ async def test_every_tool_over_http(server):
         )
         assert not fb.is_error and "no longer returned" in _text(fb)
         gone = await c.call_tool("forget", {"memory_id": "trip", "namespace": ns})
-        assert not gone.is_error and "archived trip" in _text(gone)
+        assert not gone.is_error and "erased trip" in _text(gone)
         again = await c.call_tool("search_memories", {"query": "京都への出張", "namespace": ns})
         assert "No memory matches." in _text(again)
 

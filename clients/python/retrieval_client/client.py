@@ -28,7 +28,7 @@ What it does for the caller:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -40,10 +40,13 @@ if TYPE_CHECKING:  # httpx loads with the first client (about 0.1 s): not at imp
     import httpx
 from retrieval_client.models import (
     ArchivedOut,
+    ErasedOut,
     FeedbackOut,
     IngestOut,
     JobOut,
     MemoryOut,
+    MemoryPage,
+    PurgeOut,
     RetrieveResponse,
     RunOut,
 )
@@ -142,13 +145,33 @@ class _Base:
             params["after_lsn"] = self._lsn[namespace]
         return _Call("GET", f"/v1/memories/{_segment(memory_id)}", MemoryOut, params=params)
 
-    def _forget(self, memory_id: str, namespace: str) -> _Call:
-        return _Call(
-            "DELETE",
-            f"/v1/memories/{_segment(memory_id)}",
-            ArchivedOut,
-            params={"namespace": namespace},
-        )
+    def _erase(self, memory_ids: str | Iterable[str], namespace: str) -> _Call:
+        if isinstance(memory_ids, str):
+            path = f"/v1/memories/{_segment(memory_ids)}"
+            return _Call("DELETE", path, ErasedOut, params={"namespace": namespace})
+        body = {"namespace": namespace, "ids": list(memory_ids)}
+        return _Call("POST", "/v1/memories/erase", ErasedOut, json=body)
+
+    def _archive(self, memory_id: str, namespace: str) -> _Call:
+        path = f"/v1/memories/{_segment(memory_id)}/archive"
+        return _Call("POST", path, ArchivedOut, params={"namespace": namespace})
+
+    def _list(self, namespace: str, cursor: str | None, filters: Mapping[str, Any]) -> _Call:
+        params: dict[str, Any] = {"namespace": namespace}
+        for k, v in filters.items():
+            if v is not None:
+                params[k] = v.isoformat() if hasattr(v, "isoformat") else v
+        if cursor is not None:
+            params["cursor"] = cursor
+        return _Call("GET", "/v1/memories", MemoryPage, params=params)
+
+    def _purge(self, namespace: str) -> _Call:
+        path = f"/v1/namespaces/{_segment(namespace)}/purge"
+        return _Call("POST", path, PurgeOut, accepted=PurgeOut)
+
+    def _purge_state(self, purge_id: str, namespace: str) -> _Call:
+        path = f"/v1/purges/{_segment(purge_id)}"
+        return _Call("GET", path, PurgeOut, params={"namespace": namespace})
 
     def _feedback(
         self,
@@ -292,10 +315,52 @@ class RetrievalClient(_Base):
         out: MemoryOut = self._send(self._get(memory_id, namespace))
         return out
 
-    def forget(self, memory_id: str, namespace: str = "default") -> ArchivedOut:
-        """DELETE /v1/memories/{id}: archived, no longer found."""
-        out: ArchivedOut = self._send(self._forget(memory_id, namespace))
+    def erase(self, memory_ids: str | Iterable[str], namespace: str = "default") -> ErasedOut:
+        """Erase for real: one memory (DELETE /v1/memories/{id}; NotFound when absent) or
+        several (POST /v1/memories/erase; those absent listed in `not_found`)."""
+        out: ErasedOut = self._send(self._erase(memory_ids, namespace))
         return out
+
+    def archive(self, memory_id: str, namespace: str = "default") -> ArchivedOut:
+        """POST /v1/memories/{id}/archive: kept, never found by a search again."""
+        out: ArchivedOut = self._send(self._archive(memory_id, namespace))
+        return out
+
+    def list_memories(
+        self, namespace: str = "default", *, cursor: str | None = None, **filters: Any
+    ) -> MemoryPage:
+        """GET /v1/memories: one page (`limit`, `thread`, `since`, `until`,
+        `include_archived`); its `next_cursor` asks for the next."""
+        out: MemoryPage = self._send(self._list(namespace, cursor, filters))
+        return out
+
+    def memories(self, namespace: str = "default", **filters: Any) -> Iterator[MemoryOut]:
+        """Every memory of the namespace (with the filters of list_memories), page by page."""
+        cursor: str | None = None
+        while True:
+            page = self.list_memories(namespace, cursor=cursor, **filters)
+            yield from page.memories
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def purge(self, namespace: str) -> PurgeOut:
+        """POST /v1/namespaces/{ns}/purge: erase everything the namespace holds (a job; see
+        wait_for_purge)."""
+        out: PurgeOut = self._send(self._purge(namespace))
+        return out
+
+    def wait_for_purge(
+        self, purge: PurgeOut, *, poll_s: float = 1.0, timeout_s: float = 3600.0
+    ) -> PurgeOut:
+        """Follow a purge until it is done (or failed)."""
+        deadline = time.monotonic() + timeout_s
+        while purge.state == "running":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"purge {purge.id} still running after {timeout_s} s")
+            time.sleep(poll_s)
+            purge = self._send(self._purge_state(purge.id, purge.namespace))
+        return purge
 
     def feedback(
         self,
@@ -401,10 +466,55 @@ class AsyncRetrievalClient(_Base):
         out: MemoryOut = await self._send(self._get(memory_id, namespace))
         return out
 
-    async def forget(self, memory_id: str, namespace: str = "default") -> ArchivedOut:
-        """DELETE /v1/memories/{id}: archived, no longer found."""
-        out: ArchivedOut = await self._send(self._forget(memory_id, namespace))
+    async def erase(self, memory_ids: str | Iterable[str], namespace: str = "default") -> ErasedOut:
+        """Erase for real: one memory (DELETE /v1/memories/{id}; NotFound when absent) or
+        several (POST /v1/memories/erase; those absent listed in `not_found`)."""
+        out: ErasedOut = await self._send(self._erase(memory_ids, namespace))
         return out
+
+    async def archive(self, memory_id: str, namespace: str = "default") -> ArchivedOut:
+        """POST /v1/memories/{id}/archive: kept, never found by a search again."""
+        out: ArchivedOut = await self._send(self._archive(memory_id, namespace))
+        return out
+
+    async def list_memories(
+        self, namespace: str = "default", *, cursor: str | None = None, **filters: Any
+    ) -> MemoryPage:
+        """GET /v1/memories: one page (`limit`, `thread`, `since`, `until`,
+        `include_archived`); its `next_cursor` asks for the next."""
+        out: MemoryPage = await self._send(self._list(namespace, cursor, filters))
+        return out
+
+    async def memories(
+        self, namespace: str = "default", **filters: Any
+    ) -> AsyncIterator[MemoryOut]:
+        """Every memory of the namespace (with the filters of list_memories), page by page."""
+        cursor: str | None = None
+        while True:
+            page = await self.list_memories(namespace, cursor=cursor, **filters)
+            for m in page.memories:
+                yield m
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def purge(self, namespace: str) -> PurgeOut:
+        """POST /v1/namespaces/{ns}/purge: erase everything the namespace holds (a job; see
+        wait_for_purge)."""
+        out: PurgeOut = await self._send(self._purge(namespace))
+        return out
+
+    async def wait_for_purge(
+        self, purge: PurgeOut, *, poll_s: float = 1.0, timeout_s: float = 3600.0
+    ) -> PurgeOut:
+        """Follow a purge until it is done (or failed)."""
+        deadline = time.monotonic() + timeout_s
+        while purge.state == "running":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"purge {purge.id} still running after {timeout_s} s")
+            await _sleep(poll_s)
+            purge = await self._send(self._purge_state(purge.id, purge.namespace))
+        return purge
 
     async def feedback(
         self,

@@ -216,8 +216,15 @@ class JobOut(_Out):
     )
 
 
+class LinkOut(_Out):
+    """A link a memory made to another of its namespace."""
+
+    to: str
+    label: str
+
+
 class MemoryOut(_Out):
-    """One stored memory (GET /v1/memories/{id})."""
+    """One stored memory (GET /v1/memories/{id}, and each of a listing's)."""
 
     id: str
     namespace: str
@@ -231,14 +238,48 @@ class MemoryOut(_Out):
     expires_at: datetime | None
     is_archived: bool
     searchable: bool
+    thread: str | None = None
+    links: list[LinkOut] = Field(default_factory=list)
+
+
+class MemoryPage(_Out):
+    """A page of a namespace's memories (GET /v1/memories), in id order."""
+
+    memories: list[MemoryOut]
+    next_cursor: str | None = Field(
+        description="give it as `cursor` for the next page; null: this was the last"
+    )
 
 
 class ArchivedOut(_Out):
-    """DELETE /v1/memories/{id}: the memory is kept but never found again."""
+    """POST /v1/memories/{id}/archive: the memory is kept but never found again."""
 
     id: str
     namespace: str
     archived: bool
+
+
+class ErasedOut(_Out):
+    """DELETE /v1/memories/{id}, POST /v1/memories/erase: what was erased, and the ids named
+    that the namespace did not hold."""
+
+    namespace: str
+    erased: list[str]
+    not_found: list[str] = Field(default_factory=list)
+
+
+class PurgeOut(_Out):
+    """A purge of a namespace (POST /v1/namespaces/{ns}/purge, GET /v1/purges/{id})."""
+
+    id: str
+    namespace: str
+    state: str = Field(description="running | done | failed")
+    total: int = Field(description="memories the namespace held when the purge began")
+    erased: int
+    vacuumed: bool
+    created_at: datetime
+    finished_at: datetime | None
+    error: str | None
 
 
 class FeedbackOut(_Out):
@@ -274,13 +315,17 @@ __all__ = [
     "ArchivedOut",
     "BudgetOut",
     "ContextOut",
+    "ErasedOut",
     "FeedbackOut",
     "HighlightOut",
     "IngestOut",
     "JobOut",
+    "LinkOut",
     "MemoryOut",
+    "MemoryPage",
     "MetadataOut",
     "Problem",
+    "PurgeOut",
     "Relevance",
     "ResultOut",
     "RetrieveResponse",

@@ -1,25 +1,46 @@
-"""Memories: store (POST), read and archive (GET/DELETE), and feedback."""
+"""Memories: store (POST), read, list, archive, erase (one, many, a whole namespace), feedback."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
+from pydantic import AwareDatetime
 
 from db import memories
+from db.memories import Page
 from retrieval.api.deps import CallerDep, RuntimeDep
 from retrieval.api.items import MAX_ID_CHARS
+from retrieval.api.pages import make_cursor, read_cursor
 from retrieval.api.schemas import (
     LSN_PATTERN,
+    MAX_PAGE,
     NOT_FOUND,
     QUEUED,
+    EraseIn,
     FeedbackIn,
     MemoriesIn,
 )
 from retrieval.errors import NotFound
-from retrieval.validation import MAX_NAMESPACE_CHARS, NAMESPACE_PATTERN, check_id
-from retrieval_client.models import ArchivedOut, FeedbackOut, IngestOut, JobOut, MemoryOut
+from retrieval.validation import (
+    MAX_NAMESPACE_CHARS,
+    NAMESPACE_PATTERN,
+    RequestLimits,
+    check_batch,
+    check_id,
+)
+from retrieval_client.models import (
+    ArchivedOut,
+    ErasedOut,
+    FeedbackOut,
+    IngestOut,
+    JobOut,
+    MemoryOut,
+    MemoryPage,
+    PurgeOut,
+)
 
 router = APIRouter(tags=["memories"])
 
@@ -95,17 +116,122 @@ async def get_memory(
     return row
 
 
-@router.delete("/v1/memories/{memory_id}", response_model=ArchivedOut, responses=NOT_FOUND)
+@router.delete("/v1/memories/{memory_id}", response_model=ErasedOut, responses=NOT_FOUND)
+async def erase_memory(
+    memory_id: MemoryIdPath,
+    rt: RuntimeDep,
+    caller: CallerDep,
+    namespace: NamespaceQuery = "default",
+) -> dict[str, Any]:
+    """Erase a memory for real: its row and everything derived from it (vectors, passages,
+    terms, names), the links to it, its feedback and the run-log entries that returned or quote
+    it, and what every worker's caches hold of it (docs/api.md). To keep a memory but never
+    find it again, archive it (POST /v1/memories/{id}/archive)."""
+    caller.check(namespace)
+    gone = await rt.writer.erase(namespace, [_path_id(memory_id)])
+    if not gone.external_ids:
+        raise NotFound(f"no memory {memory_id!r} in namespace {namespace!r}")
+    return {"namespace": namespace, "erased": gone.external_ids, "not_found": []}
+
+
+@router.post("/v1/memories/erase", response_model=ErasedOut)
+async def erase_memories(body: EraseIn, rt: RuntimeDep, caller: CallerDep) -> dict[str, Any]:
+    """Erase the memories named (at most RETRIEVAL_MAX_BATCH), all in one transaction, as
+    DELETE /v1/memories/{id} erases one; ids the namespace does not hold are listed in
+    `not_found` (erasing again is safe)."""
+    caller.check(body.namespace)
+    check_batch(body.ids, RequestLimits.of(rt.settings))
+    gone = await rt.writer.erase(body.namespace, body.ids)
+    erased = set(gone.external_ids)
+    missing = [x for x in body.ids if x not in erased]
+    return {"namespace": body.namespace, "erased": gone.external_ids, "not_found": missing}
+
+
+@router.post("/v1/memories/{memory_id}/archive", response_model=ArchivedOut, responses=NOT_FOUND)
 async def archive_memory(
     memory_id: MemoryIdPath,
     rt: RuntimeDep,
     caller: CallerDep,
     namespace: NamespaceQuery = "default",
 ) -> dict[str, Any]:
-    """Archive a memory: it is kept but never returned by a search again."""
+    """Archive a memory: it is kept (GET and listings with include_archived show it) but never
+    returned by a search again."""
     caller.check(namespace)
     await rt.writer.archive(namespace, _path_id(memory_id))
     return {"id": memory_id, "namespace": namespace, "archived": True}
+
+
+@router.get("/v1/memories", response_model=MemoryPage)
+async def list_memories(
+    rt: RuntimeDep,
+    caller: CallerDep,
+    namespace: NamespaceQuery = "default",
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,
+    thread: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
+    since: Annotated[AwareDatetime | None, Query()] = None,
+    until: Annotated[AwareDatetime | None, Query()] = None,
+    include_archived: bool = False,
+) -> dict[str, Any]:
+    """A page of the namespace's memories in id order, each with its thread and links; give
+    `next_cursor` back as `cursor` for the next. A memory written while a listing pages through
+    is listed if its id comes after the page in hand; none is listed twice."""
+    caller.check(namespace)
+    page = Page(thread=thread, since=since, until=until, include_archived=include_archived)
+    if cursor is not None:
+        page = replace(page, after=read_cursor(cursor, namespace, page))
+    rows = await rt.router.read(
+        namespace,
+        memories.list_memories,
+        namespace,
+        page,
+        limit + 1,
+        timeout=rt.settings.write_timeout_s,
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    nxt = make_cursor(namespace, page, rows[-1]["id"]) if more else None
+    return {"memories": rows, "next_cursor": nxt}
+
+
+@router.post(
+    "/v1/namespaces/{namespace}/purge",
+    response_model=PurgeOut,
+    status_code=202,
+    responses=NOT_FOUND,
+)
+async def purge_namespace(
+    namespace: Annotated[
+        str, Path(min_length=1, max_length=MAX_NAMESPACE_CHARS, pattern=NAMESPACE_PATTERN)
+    ],
+    rt: RuntimeDep,
+    caller: CallerDep,
+) -> JSONResponse:
+    """Erase everything the namespace holds, as erasing one memory does, then VACUUM: a job
+    (202; follow Location). Asked again while it runs, it is the same job."""
+    caller.check(namespace)
+    assert rt.writer.purges is not None
+    purge = PurgeOut.model_validate(
+        await rt.writer.purges.start(namespace, caller.tenant(namespace))
+    )
+    return JSONResponse(
+        purge.model_dump(mode="json"),
+        status_code=202,
+        headers={"Location": f"/v1/purges/{purge.id}?namespace={namespace}"},
+    )
+
+
+@router.get("/v1/purges/{purge_id}", response_model=PurgeOut, responses=NOT_FOUND)
+async def get_purge(
+    purge_id: Annotated[str, Path(min_length=1, max_length=64)],
+    rt: RuntimeDep,
+    caller: CallerDep,
+    namespace: NamespaceQuery = "default",
+) -> dict[str, Any]:
+    """A purge of this namespace: running (with how many of `total` are erased), done or failed."""
+    caller.check(namespace)
+    assert rt.writer.purges is not None
+    return await rt.writer.purges.get(namespace, purge_id)
 
 
 @router.post("/v1/feedback", response_model=FeedbackOut, responses=NOT_FOUND)
