@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -36,6 +37,16 @@ _ID_FORBIDDEN = re.compile("[\x00-\x1f\x7f/]")
 # Deepest nesting of metadata objects and arrays, and its largest size as compact JSON.
 METADATA_MAX_DEPTH = 8
 METADATA_MAX_BYTES = 64 * 1024
+
+
+# Unicode categories with nothing to see: controls, formats (zero-width spaces, joiners, marks
+# of direction), separators, surrogates, unassigned.
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Cn", "Zs", "Zl", "Zp"})
+
+
+def visible(text: str) -> bool:
+    """Whether a text holds a character that shows (a question of zero-width spaces does not)."""
+    return any(unicodedata.category(c) not in _INVISIBLE for c in text)
 
 
 def check_text(value: str) -> str:
@@ -240,8 +251,14 @@ def check_request(
     InvalidInput naming each field that breaks one."""
     errors = _conversation_errors(options.recent_conversation, limits)
     q = query.strip() if isinstance(query, str) else ""
-    if not q:
-        errors.append({"field": "query", "reason": "must not be empty or whitespace"})
+    if not visible(q):
+        errors.append(
+            {
+                "field": "query",
+                "reason": "must hold a visible character (not only spaces, zero-width or "
+                "control characters)",
+            }
+        )
     elif len(q) > limits.max_query_chars:
         errors.append(
             {"field": "query", "reason": f"longer than {limits.max_query_chars} characters"}

@@ -19,7 +19,7 @@ from retrieval import metrics as m
 from retrieval.api.errors import add_handlers
 from retrieval.api.mcp import RequireKey
 from retrieval.api.mcp import mount as mcp_mount
-from retrieval.api.middleware import BodyLimit, HttpMetrics
+from retrieval.api.middleware import BodyLimit, HttpMetrics, JsonBody
 from retrieval.api.routes import memories, ops, retrieve
 from retrieval.api.schemas import COMMON_RESPONSES, document_limits, retrieve_body_limit
 from retrieval.models import Source, Strategy
@@ -134,6 +134,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     mcp_http, mcp_clients = mcp_mount(app, keys)
     app.router.lifespan_context = _lifespan(settings, runtime, mcp_http, mcp_clients)
     app.mount("/mcp", RequireKey(mcp_http, keys))
+    app.add_middleware(JsonBody)
     app.add_middleware(HttpMetrics)
     app.add_middleware(
         BodyLimit,

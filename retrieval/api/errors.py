@@ -106,16 +106,30 @@ def _count_rejected_ingest(request: Request) -> None:
 async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     _count_rejected_ingest(request)
-    detail = [
-        {
-            "loc": list(e.get("loc", [])),
-            "field": ".".join(str(p) for p in e.get("loc", [])[1:]) or "body",
-            "msg": e.get("msg", "invalid"),
-            "type": e.get("type", ""),
-        }
-        for e in exc.errors()
-    ]
+    detail = [_said(e) for e in exc.errors()]
     return JSONResponse({"detail": detail}, status_code=422)
+
+
+def _said(e: Any) -> dict[str, Any]:
+    """A validation error as the API says it: the field by name (never a character offset)
+    and a message about what was sent."""
+    loc = list(e.get("loc", []))
+    kind, msg = e.get("type", ""), e.get("msg", "invalid")
+    field = ".".join(str(p) for p in loc[1:]) or "body"
+    ctx = e.get("ctx") or {}
+    if kind == "json_invalid":
+        at = loc[1] if len(loc) > 1 and isinstance(loc[1], int) else None
+        where = f" at character {at}" if at is not None else ""
+        field, msg = "body", f"malformed JSON{where}: {ctx.get('error', 'cannot be parsed')}"
+    elif kind in ("too_long", "too_short") and isinstance(e.get("input"), str):
+        bound = ctx.get("max_length" if kind == "too_long" else "min_length")
+        most = "at most" if kind == "too_long" else "at least"
+        msg = f"must have {most} {bound} characters, not {len(e['input'])}"
+    elif kind == "extra_forbidden":
+        msg = "not a field of this request (a misspelt name?)"
+    elif kind == "model_attributes_type" and field == "body":
+        msg = "the body must be a JSON object"
+    return {"loc": loc, "field": field, "msg": msg, "type": kind}
 
 
 async def _on_error(request: Request, exc: Exception) -> JSONResponse:

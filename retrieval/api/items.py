@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -31,10 +32,18 @@ from retrieval.validation import (
     duplicate_ids,
 )
 
+
+def _instant_text(value: Any) -> Any:
+    """An instant comes as ISO 8601 text: a number is not read as seconds since 1970."""
+    if isinstance(value, (int, float)):
+        raise ValueError("must be ISO 8601 text with a UTC offset, e.g. 2025-01-31T09:00:00+09:00")
+    return value
+
+
 # The request rules (retrieval.validation) as pydantic field types.
 SafeStr = Annotated[str, AfterValidator(check_text)]
 SafeId = Annotated[str, AfterValidator(check_id)]
-Instant = Annotated[datetime, AfterValidator(check_instant)]
+Instant = Annotated[datetime, BeforeValidator(_instant_text), AfterValidator(check_instant)]
 Metadata = Annotated[dict[str, Any], AfterValidator(check_metadata)]
 
 MAX_CONTENT_CHARS = 100_000

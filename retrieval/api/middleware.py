@@ -1,4 +1,5 @@
-"""ASGI middleware: a request-body limit enforced before parsing, and HTTP metrics."""
+"""ASGI middleware: a request-body limit enforced before parsing, the JSON routes' content type,
+and HTTP metrics."""
 
 from __future__ import annotations
 
@@ -18,6 +19,33 @@ async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data})
+
+
+# The routes whose body is a JSON object.
+JSON_ROUTES = frozenset({"/v1/retrieve", "/v1/memories", "/v1/memories/erase", "/v1/feedback"})
+
+
+class JsonBody:
+    """415 for a POST to a JSON route whose Content-Type is not JSON (none at all, a form, text),
+    saying what to send, before the body is read: a body that is not said to be JSON is not
+    guessed at."""
+
+    def __init__(self, app: ASGIApp, paths: frozenset[str] = JSON_ROUTES) -> None:
+        self.app = app
+        self.paths = paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in self.paths:
+            ctype = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
+            media = ctype.split(";", 1)[0].strip().lower()
+            if media != "application/json" and not media.endswith("+json"):
+                sent = f"Content-Type {ctype!r}" if ctype else "no Content-Type"
+                detail = (
+                    f"send the body as JSON with Content-Type: application/json ({sent} was given)"
+                )
+                await _send_json(send, 415, {"detail": detail})
+                return
+        await self.app(scope, receive, send)
 
 
 class BodyLimit:

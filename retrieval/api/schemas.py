@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
 from retrieval.api.items import MAX_ID_CHARS, Instant, MemoryIn, SafeId, SafeStr
 from retrieval.errors import InvalidInput
@@ -34,13 +34,25 @@ MAX_TOKENS = 10**12
 
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 
+
+class StrictIn(BaseModel):
+    """A request body: a key it does not know is refused by name (a typo such as
+    `options.limt` would otherwise be a default silently used)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# A number or a flag as JSON writes it: `true` is not 1, nor "5" five.
+Count = Annotated[int, Strict()]
+Flag = Annotated[bool, Strict()]
+
 NamespaceStr = Annotated[
     str, Field(min_length=1, max_length=MAX_NAMESPACE_CHARS, pattern=NAMESPACE_PATTERN)
 ]
 Label = Annotated[SafeStr, Field(min_length=1, max_length=64)]
 
 
-class Message(BaseModel):
+class Message(StrictIn):
     role: Literal["user", "assistant", "system"]
     content: SafeStr
     memory_id: SafeId | None = Field(
@@ -50,7 +62,7 @@ class Message(BaseModel):
     )
 
 
-class TimeRangeIn(BaseModel):
+class TimeRangeIn(StrictIn):
     start: Instant | None = None
     end: Instant | None = None
 
@@ -65,13 +77,13 @@ class TimeRangeIn(BaseModel):
 LSN_PATTERN = r"^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"
 
 
-class RetrieveOptionsIn(BaseModel):
+class RetrieveOptionsIn(StrictIn):
     force_strategy: Strategy | None = None
-    limit: int = 10  # 1..RETRIEVAL_MAX_LIMIT: check_request (document_limits shows it)
+    limit: Count = 10  # 1..RETRIEVAL_MAX_LIMIT: check_request (document_limits shows it)
     time_range: TimeRangeIn | None = Field(default=None, description="Hard filter on created_at.")
     memory_types: list[Label] = Field(default_factory=list, max_length=20)
     source_types: list[Label] = Field(default_factory=list, max_length=20)
-    include_metadata_details: bool = True
+    include_metadata_details: Flag = True
     now: Instant | None = Field(
         default=None, description="Resolve time words against this instant."
     )
@@ -81,7 +93,7 @@ class RetrieveOptionsIn(BaseModel):
         "words (yesterday, 3 June, 先週) are read in, and a naive `now`; default the service's "
         "RETRIEVAL_TIMEZONE.",
     )
-    expand: bool = Field(
+    expand: Flag = Field(
         default=True,
         description="Multi-hop expansion (links, entities, threads) after the first search.",
     )
@@ -89,8 +101,8 @@ class RetrieveOptionsIn(BaseModel):
         default=None,
         description="A metadata key: at most per_bucket results per value before any repeats.",
     )
-    per_bucket: int = Field(default=2, ge=1, le=100)
-    context_window: int = Field(
+    per_bucket: Count = Field(default=2, ge=1, le=100)
+    context_window: Count = Field(
         default=1,
         ge=0,
         le=MAX_CONTEXT_WINDOW,
@@ -103,13 +115,13 @@ class RetrieveOptionsIn(BaseModel):
         description="Read your writes: the `lsn` a POST /v1/memories answered with; a read "
         "replica answers only once it has replayed that far (else the primary does).",
     )
-    max_chars: int | None = Field(
+    max_chars: Count | None = Field(
         default=None,
         description="A budget: at most this many characters of content (and context) in all the "
         "results. Best first, each result whole when it fits, else as its highlight (`cut`), "
         "else left out; `metadata.budget` says which.",
     )
-    max_tokens: int | None = Field(
+    max_tokens: Count | None = Field(
         default=None,
         ge=1,
         # Any more is no budget at all (at most MAX_BUDGET_CHARS characters are ever returned);
@@ -160,7 +172,7 @@ class RetrieveOptionsIn(BaseModel):
         return min(budgets) if budgets else None
 
 
-class RetrieveRequest(BaseModel):
+class RetrieveRequest(StrictIn):
     # Not blank, at most RETRIEVAL_MAX_QUERY_CHARS: retrieval.validation.check_request, the one
     # place for a request's rules (the CLI and the library go through it too); document_limits
     # shows them.
@@ -170,7 +182,7 @@ class RetrieveRequest(BaseModel):
     options: RetrieveOptionsIn = Field(default_factory=RetrieveOptionsIn)
 
 
-class MemoriesIn(BaseModel):
+class MemoriesIn(StrictIn):
     namespace: NamespaceStr = "default"
     memories: list[MemoryIn] = Field(min_length=1)
 
@@ -179,18 +191,18 @@ class MemoriesIn(BaseModel):
 MAX_PAGE = 1000
 
 
-class EraseIn(BaseModel):
+class EraseIn(StrictIn):
     """POST /v1/memories/erase: the memories to erase."""
 
     namespace: NamespaceStr = "default"
     ids: list[Annotated[SafeId, Field(min_length=1, max_length=MAX_ID_CHARS)]] = Field(min_length=1)
 
 
-class FeedbackIn(BaseModel):
+class FeedbackIn(StrictIn):
     namespace: NamespaceStr = "default"
     memory_id: SafeId = Field(min_length=1, max_length=MAX_ID_CHARS)
     run_id: str | None = Field(default=None, pattern=UUID_PATTERN)
-    negative: bool = True
+    negative: Flag = True
     comment: SafeStr | None = Field(default=None, max_length=2000)
 
 
@@ -201,6 +213,10 @@ COMMON_RESPONSES: dict[int | str, dict[str, Any]] = {
     },
     403: {"model": Problem, "description": "the API key may not use this namespace"},
     413: {"model": Problem, "description": "request body over RETRIEVAL_MAX_BODY_BYTES"},
+    415: {
+        "model": Problem,
+        "description": "a JSON route's body sent without Content-Type: application/json",
+    },
     503: {
         "model": Problem,
         "description": "the database is unavailable or did not answer in time; see Retry-After",
