@@ -15,9 +15,10 @@ pip_install() {
   fi
 }
 pip_install --upgrade pip
+# The light client is its own distribution, which the service depends on: both from here.
 if [ "${1:-}" = "--dev" ]; then
-  pip_install -e '.[dev]'
+  pip_install -e ./clients/python -e '.[dev]'
 else
-  pip_install -e '.[embedded]'
+  pip_install -e ./clients/python -e '.[embedded]'
 fi
 echo "installed into .venv" >&2

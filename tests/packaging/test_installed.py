@@ -1,5 +1,6 @@
-"""The service as `pip install .` (not editable) lays it out: the wheel holds the package, its
-migrations and the light client, and the installed command migrates a database from anywhere
+"""The service as `pip install .` (not editable) lays it out: the wheel holds the package and its
+migrations, depends on the light client's distribution (and ships no copy of it), and the
+installed command migrates a database from anywhere
 (a plain install once shipped no migrations: the start found none and failed later on
 `unknown type: public.vector`)."""
 
@@ -24,7 +25,11 @@ def test_the_wheel_holds_its_migrations_and_the_installed_command_migrates(rt, t
     wheel = next((tmp_path / "dist").glob("retrieval_orchestrator-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert sum(n.startswith("db/migrations/") and n.endswith(".sql") for n in names) >= 14
-    assert "retrieval_client/models.py" in names and "retrieval/cli/__init__.py" in names
+    assert "retrieval/cli/__init__.py" in names
+    # The light client is its own distribution, a dependency: not a copy inside this one.
+    assert not any(n.startswith("retrieval_client/") for n in names)
+    meta = next(n for n in names if n.endswith("METADATA"))
+    assert "Requires-Dist: retrieval-client" in zipfile.ZipFile(wheel).read(meta).decode()
     assert not any(n.startswith(("tests/", "scripts/", "deploy/")) for n in names)
     target = tmp_path / "site"
     subprocess.run(

@@ -8,6 +8,7 @@ process (no environment variable, no thread, no logging setup).
 from retrieval_client.client import RETRY_STATUSES, AsyncRetrievalClient, RetrievalClient
 from retrieval_client.errors import (
     ApiError,
+    BadResponse,
     Forbidden,
     InvalidRequest,
     NotFound,
@@ -15,6 +16,7 @@ from retrieval_client.errors import (
     TooLarge,
     Unauthorized,
     Unavailable,
+    Unreachable,
 )
 from retrieval_client.models import (
     ArchivedOut,
@@ -40,6 +42,7 @@ __all__ = [
     "ApiError",
     "ArchivedOut",
     "AsyncRetrievalClient",
+    "BadResponse",
     "ErasedOut",
     "FeedbackOut",
     "Forbidden",
@@ -61,4 +64,5 @@ __all__ = [
     "TooLarge",
     "Unauthorized",
     "Unavailable",
+    "Unreachable",
 ]

@@ -27,14 +27,17 @@ What it does for the caller:
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from retrieval_client.errors import BY_STATUS, ApiError
+from retrieval_client.errors import BY_STATUS, ApiError, BadResponse, Unreachable
 
 if TYPE_CHECKING:  # httpx loads with the first client (about 0.1 s): not at import
     import httpx
@@ -55,17 +58,29 @@ RETRY_STATUSES = (429, 503)
 
 
 def _retry_after(response: httpx.Response) -> float | None:
-    try:
-        return float(response.headers["retry-after"])
-    except (KeyError, ValueError):
+    """Retry-After as seconds: a number of seconds, or an HTTP date (RFC 9110) from now."""
+    value = response.headers.get("retry-after")
+    if value is None:
         return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _error(response: httpx.Response) -> ApiError:
     try:
-        detail = response.json().get("detail", response.text)
+        body = response.json()
     except ValueError:
-        detail = response.text
+        body = None
+    detail = body.get("detail", response.text) if isinstance(body, dict) else response.text
     cls = BY_STATUS.get(response.status_code, ApiError)
     return cls(response.status_code, detail, _retry_after(response))
 
@@ -199,8 +214,13 @@ class _Base:
     # Answers.
 
     def _wait_s(self, response: httpx.Response | None, attempt: int) -> float:
+        """How long before the next try: the service's Retry-After with up to a tenth more,
+        else 0.5 s doubling, jittered over its whole span (callers that failed together do
+        not come back together); at most max_wait_s."""
         after = _retry_after(response) if response is not None else None
-        return min(self.max_wait_s, after if after is not None else 0.5 * 2**attempt)
+        if after is not None:
+            return min(self.max_wait_s, after * (1.0 + 0.1 * random.random()))
+        return min(self.max_wait_s, random.uniform(0.0, 0.5 * 2**attempt))
 
     def _may_retry(self, call: _Call, response: httpx.Response | None, attempt: int) -> bool:
         if attempt >= self.retries:
@@ -213,7 +233,12 @@ class _Base:
         if response.status_code >= 400:
             raise _error(response)
         model = call.accepted if response.status_code == 202 and call.accepted else call.model
-        out = model.model_validate(response.json()) if model is not None else response.json()
+        try:
+            out = model.model_validate(response.json()) if model is not None else response.json()
+        except (ValueError, ValidationError) as exc:  # (a ValidationError is a ValueError too)
+            raise BadResponse(
+                response.status_code, f"not the API's answer: {str(exc)[:200]}"
+            ) from exc
         if isinstance(out, IngestOut):
             self._note_written(out)
         return out
@@ -267,9 +292,9 @@ class RetrievalClient(_Base):
                 response = self._http.request(
                     call.method, call.path, json=call.json, params=call.params
                 )
-            except self._transport_error:
+            except self._transport_error as exc:
                 if not self._may_retry(call, None, attempt):
-                    raise
+                    raise Unreachable(0, f"{type(exc).__name__}: {exc}") from exc
             if response is not None and not self._may_retry(call, response, attempt):
                 return self._read(call, response)
             time.sleep(self._wait_s(response, attempt))
@@ -418,9 +443,9 @@ class AsyncRetrievalClient(_Base):
                 response = await self._http.request(
                     call.method, call.path, json=call.json, params=call.params
                 )
-            except self._transport_error:
+            except self._transport_error as exc:
                 if not self._may_retry(call, None, attempt):
-                    raise
+                    raise Unreachable(0, f"{type(exc).__name__}: {exc}") from exc
             if response is not None and not self._may_retry(call, response, attempt):
                 return self._read(call, response)
             await _sleep(self._wait_s(response, attempt))

@@ -1,4 +1,6 @@
-"""The service's refusals, one exception per HTTP status, each with the status and `detail`."""
+"""The service's refusals, one exception per HTTP status, each with the status and `detail`; and
+the failures that are not a refusal (no answer, an answer that is not the API's): every failure
+of a call is an ApiError."""
 
 from __future__ import annotations
 
@@ -49,6 +51,16 @@ class Unavailable(ApiError):
     """503: the database or the embedding provider is down; nothing was written."""
 
 
+class Unreachable(ApiError):
+    """No answer at all (refused, reset, timed out, a name that does not resolve), after the
+    retries allowed: `status` 0, the transport's error as `detail` and `__cause__`."""
+
+
+class BadResponse(ApiError):
+    """An answer that is not the API's (not JSON, not an object, not the expected fields):
+    a proxy's page, a newer or older service that changed a field's meaning."""
+
+
 BY_STATUS: dict[int, type[ApiError]] = {
     401: Unauthorized,
     403: Forbidden,
@@ -66,7 +78,9 @@ __all__ = [
     "InvalidRequest",
     "NotFound",
     "RateLimited",
+    "BadResponse",
     "TooLarge",
     "Unauthorized",
     "Unavailable",
+    "Unreachable",
 ]

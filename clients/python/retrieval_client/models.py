@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
@@ -44,6 +44,16 @@ class SourceStatus(StrEnum):
     TIMEOUT = "timeout"
     ERROR = "error"
     UNAVAILABLE = "unavailable"  # the server lacks what it needs (pg_trgm)
+
+
+# A label the service gives, as this client knows it (an enum member), or as a newer service
+# sends it (a str): a value added later never breaks an older client.
+OpenStrategy = Annotated[Strategy | str, Field(union_mode="left_to_right")]
+OpenRelevance = Annotated[Relevance | str, Field(union_mode="left_to_right")]
+OpenSourceStatus = Annotated[SourceStatus | str, Field(union_mode="left_to_right")]
+JobState = Annotated[
+    Literal["queued", "running", "done", "failed"] | str, Field(union_mode="left_to_right")
+]
 
 
 class _Out(BaseModel):
@@ -94,7 +104,7 @@ class ResultOut(_Out):
     score: float
     signals: dict[str, float]
     sources: list[str]
-    relevance: Relevance = Field(
+    relevance: OpenRelevance = Field(
         description="high | medium | near_window (a fuzzy window's soft edge) | outside_window"
     )
     reason: str
@@ -126,7 +136,7 @@ class SourceOut(_Out):
 
     latency_ms: float
     count: int
-    status: SourceStatus = Field(
+    status: OpenSourceStatus = Field(
         description="ok | skipped (nothing to search for) | timeout | error | unavailable (the server lacks it)"
     )
     error: str | None
@@ -139,7 +149,7 @@ class SourceOut(_Out):
 class MetadataOut(_Out):
     """How a retrieval went: the plan, each source, each stage's time."""
 
-    strategy_used: Strategy
+    strategy_used: OpenStrategy
     query_intent: dict[str, Any]
     total_latency_ms: float
     search_breakdown: dict[str, SourceOut]
@@ -202,7 +212,7 @@ class JobOut(_Out):
 
     id: str
     namespace: str
-    state: Literal["queued", "running", "done", "failed"]
+    state: JobState
     received: int
     ids: list[str] = Field(description="the memories' ids, fixed when the job was accepted")
     estimate_s: float = Field(description="the embedding time estimated when it was accepted")

@@ -12,7 +12,9 @@ import httpx
 import pytest
 
 from retrieval_client import (
+    ApiError,
     AsyncRetrievalClient,
+    BadResponse,
     Forbidden,
     IngestOut,
     InvalidRequest,
@@ -23,6 +25,7 @@ from retrieval_client import (
     RetrievalClient,
     RetrieveResponse,
     Unavailable,
+    Unreachable,
 )
 
 ANSWER = {
@@ -159,15 +162,18 @@ def test_a_request_that_got_no_answer_is_retried_unless_it_could_land_twice():
     with RetrievalClient(
         "http://t", retries=2, max_wait_s=0.01, transport=httpx.MockTransport(refused)
     ) as c:
-        with pytest.raises(httpx.ConnectError):
+        with pytest.raises(Unreachable) as no_answer:
             c.retrieve("出張")
         assert sent == ["/v1/retrieve"] * 3
+        # An ApiError like every failure of a call, with the transport's error as its cause.
+        assert isinstance(no_answer.value, ApiError) and no_answer.value.status == 0
+        assert isinstance(no_answer.value.__cause__, httpx.ConnectError)
         sent.clear()
-        with pytest.raises(httpx.ConnectError):
+        with pytest.raises(Unreachable):
             c.remember([{"content": "idのないメモ"}])  # could be written twice: sent once
         assert sent == ["/v1/memories"]
         sent.clear()
-        with pytest.raises(httpx.ConnectError):
+        with pytest.raises(Unreachable):
             c.remember([{"id": "m1", "content": "idのあるメモ"}])  # an upsert: retried
         assert sent == ["/v1/memories"] * 3
 
@@ -235,3 +241,90 @@ def test_importing_it_changes_nothing_in_the_process():
     )
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY",)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+def _answer(strategy: str = "hybrid", relevance: str = "high", status: str = "ok") -> dict:
+    return {
+        "results": [
+            {
+                "id": "a", "content": "x", "title": None, "memory_type": "semantic",
+                "source_type": "unknown", "metadata": {}, "created_at": "2026-01-01T00:00:00Z",
+                "score": 0.5, "signals": {}, "sources": ["vector"], "relevance": relevance,
+                "reason": "r",
+            }
+        ],
+        "metadata": {
+            "strategy_used": strategy, "query_intent": {}, "total_latency_ms": 1.0,
+            "search_breakdown": {"vector": {"latency_ms": 1.0, "count": 1, "status": status,
+                                            "error": None}},
+            "stage_latency_ms": {}, "num_results_before_rerank": 1,
+            "num_results_after_rerank": 1, "degraded": [], "run_id": "r", "params": {},
+        },
+    }  # fmt: skip
+
+
+def test_a_label_added_by_a_newer_service_is_kept_as_a_string():
+    """Closed enums broke an older client on the first value a newer service added."""
+    from retrieval_client import Relevance, Strategy
+
+    def newer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=_answer("graph_walk", "certain", "sampled"))
+
+    with RetrievalClient("http://t", transport=httpx.MockTransport(newer)) as c:
+        got = c.retrieve("x")
+    assert got.results[0].relevance == "certain"
+    assert got.metadata.strategy_used == "graph_walk"
+    assert got.metadata.search_breakdown["vector"].status == "sampled"
+
+    def known(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=_answer())
+
+    with RetrievalClient("http://t", transport=httpx.MockTransport(known)) as c:
+        got = c.retrieve("x")
+    assert got.results[0].relevance is Relevance.HIGH
+    assert got.metadata.strategy_used is Strategy.HYBRID
+
+
+@pytest.mark.parametrize(
+    "status,body", [(200, b"<html>proxy</html>"), (200, b"[1, 2]"), (503, b"[1]"), (502, b"")]
+)
+def test_an_answer_that_is_not_the_apis_is_an_api_error(status, body):
+    def proxy(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, content=body)
+
+    with (
+        RetrievalClient("http://t", retries=0, transport=httpx.MockTransport(proxy)) as c,
+        pytest.raises(ApiError) as e,
+    ):
+        c.retrieve("x")
+    assert e.value.status == status
+    if status == 200:
+        assert isinstance(e.value, BadResponse)
+
+
+def test_retry_after_as_an_http_date_is_waited_for_with_a_little_jitter(monkeypatch):
+    from datetime import UTC, datetime, timedelta
+    from email.utils import format_datetime
+
+    from retrieval_client import client as mod
+
+    slept: list[float] = []
+    monkeypatch.setattr(mod.time, "sleep", slept.append)
+    when = format_datetime(datetime.now(UTC) + timedelta(seconds=4), usegmt=True)
+    answers = [httpx.Response(503, headers={"Retry-After": when}, json={"detail": "down"})]
+
+    def service(request: httpx.Request) -> httpx.Response:
+        return answers.pop(0) if answers else httpx.Response(200, json=_answer())
+
+    with RetrievalClient("http://t", max_wait_s=30, transport=httpx.MockTransport(service)) as c:
+        c.retrieve("x")
+    (wait,) = slept
+    assert 2.5 <= wait <= 4.5  # the date, seconds from now, and at most a tenth more
+    assert mod._retry_after(httpx.Response(503, headers={"Retry-After": "garbage"})) is None
+
+
+def test_backoff_without_retry_after_is_jittered():
+    c = RetrievalClient("http://t", max_wait_s=60)
+    waits = {round(c._wait_s(None, 3), 3) for _ in range(20)}
+    assert len(waits) > 10 and all(0 <= w <= 4.0 for w in waits)
+    c.close()
