@@ -13,8 +13,9 @@ from db.session import session
 
 # Stores one run.
 INSERT_RUN = """
-INSERT INTO retrieval_runs (run_id, namespace, query, strategy, plan, candidate_ids, selected_ids, latencies, degraded)
-VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8::jsonb, $9)"""
+INSERT INTO retrieval_runs (run_id, namespace, query, strategy, plan, candidate_ids,
+                            selected_ids, latencies, degraded, request_id)
+VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8::jsonb, $9, $10)"""
 
 # Returns one run by id.
 # A run, when its namespace is one of $2 (NULL: any); another namespace's run is not found.
@@ -34,6 +35,7 @@ async def insert_run(
     selected_ids: list[str],
     latencies: dict[str, Any],
     degraded: list[str],
+    request_id: str | None = None,
     timeout_s: float = 5.0,
 ) -> None:
     """Write one run record, within `timeout_s` whatever the server's state."""
@@ -49,6 +51,7 @@ async def insert_run(
             selected_ids,
             latencies,
             degraded,
+            request_id,
             timeout=timeout_s,
         )
 

@@ -414,6 +414,8 @@ class RetrievalOptions:
     after_lsn: str | None = None
     # Who pays for it (retrieval.tenants: the API key, or the namespace); None: the namespace.
     tenant: str | None = None
+    # The request's id (X-Request-ID), written into its run-log entry.
+    request_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -176,7 +176,7 @@ class Orchestrator:
         )
         m.record_retrieval(meta)
         if self.log_runs and options.log_run:
-            self._log_run(q, options.namespace, meta, searched, results)
+            self._log_run(q, options, meta, searched, results)
         return RetrievalResponse(results=results, metadata=meta)
 
     async def _search(
@@ -279,7 +279,7 @@ class Orchestrator:
     def _log_run(
         self,
         q: str,
-        namespace: str,
+        options: RetrievalOptions,
         meta: RetrievalMetadata,
         searched: Searched,
         results: list[Result],
@@ -290,7 +290,8 @@ class Orchestrator:
             insert_run(
                 self.pool,
                 run_id=meta.run_id,
-                namespace=namespace,
+                namespace=options.namespace,
+                request_id=options.request_id,
                 query=q,
                 strategy=meta.strategy_used.value,
                 plan={

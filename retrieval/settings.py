@@ -104,6 +104,10 @@ class Settings(BaseSettings):
     # milliseconds after it starts, whatever the database's state; unset: three legs' deadlines.
     request_timeout_ms: int | None = Field(default=None, ge=1, le=3_600_000)
     log_runs: bool = True
+    # The service's logs on stdout: json (one object a line; one line a request) or text, at
+    # this level and above.
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["json", "text"] = "json"
     # Days a retrieval run and a feedback event are kept (0 = for ever); the service deletes
     # older ones in batches, hourly.
     run_retention_days: int = Field(default=30, ge=0)

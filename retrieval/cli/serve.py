@@ -6,17 +6,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
-import copy
 import ipaddress
-import logging
 import os
 import shutil
 import socket
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
+from retrieval.api.access import logging_config
 from retrieval.cli.common import err, opened
 from retrieval.settings import Settings
 
@@ -67,21 +65,6 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _logs_to_stdout() -> dict[str, Any]:
-    """The service's logs (its own and uvicorn's) on stdout, as a container expects them; the
-    start-up lines and refusals stay on stderr with the other commands'."""
-    from uvicorn.config import LOGGING_CONFIG
-
-    config = copy.deepcopy(LOGGING_CONFIG)
-    for handler in config["handlers"].values():
-        handler["stream"] = "ext://sys.stdout"
-    root = logging.getLogger()
-    for h in root.handlers:
-        if isinstance(h, logging.StreamHandler) and h.stream is sys.stderr:
-            h.setStream(sys.stdout)
-    return config
-
-
 def serve(settings: Settings, args: argparse.Namespace) -> int:
     """`retrieval serve`: uvicorn in front of the app (retrieval.api.create_app), on a socket
     bound first; the embedded PostgreSQL (when DATABASE_URL is unset) is started here, before
@@ -117,8 +100,8 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             workers=args.workers,
-            log_level="warning",
-            log_config=_logs_to_stdout(),
+            log_level=settings.log_level.lower(),
+            log_config=logging_config(settings.log_level, settings.log_format),
         )
         server = uvicorn.Server(config)
         if args.workers > 1:

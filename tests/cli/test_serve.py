@@ -5,6 +5,7 @@ loads; what was stored is there after a restart."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -83,6 +84,17 @@ def test_serve_stops_its_postgresql_refuses_a_busy_port_and_keeps_what_was_store
         first.send_signal(signal.SIGINT)  # the process alone, as a terminal's Ctrl-C would
         took = _gone(first, pg)
         print(f"SIGINT: service and PostgreSQL gone in {took:.1f} s")
+        # Its log: JSON lines, one a request, and what it started and stopped.
+        lines = [
+            json.loads(x)
+            for x in (tmp_path / "first.log").read_text().splitlines()
+            if x.startswith("{")
+        ]
+        started = next(x for x in lines if x["msg"] == "started")
+        assert started["embedder"].startswith("onnx") and "write-job worker" in started["tasks"]
+        assert any(x["msg"].startswith("stopped: ") for x in lines)
+        (wrote,) = [x for x in lines if x.get("route") == "/v1/memories"]
+        assert wrote["status"] == 200 and wrote["request_id"] and wrote["method"] == "POST"
     finally:
         if first.poll() is None:
             first.kill()

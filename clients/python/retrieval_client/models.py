@@ -313,6 +313,7 @@ class RunOut(_Out):
     latencies: dict[str, Any]
     degraded: list[str]
     created_at: datetime
+    request_id: str | None = Field(default=None, description="the request's X-Request-ID")
 
 
 class Problem(BaseModel):

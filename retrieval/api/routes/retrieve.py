@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request
 
 from db.runs import get_run
+from retrieval.api.access import REQUEST_ID, note
 from retrieval.api.deps import CallerDep, RuntimeDep
 from retrieval.api.schemas import (
     NOT_FOUND,
@@ -22,10 +23,13 @@ router = APIRouter(tags=["retrieval"])
 
 
 @router.post("/v1/retrieve", response_model=RetrieveResponse, responses=OVER_SHARE)
-async def retrieve(body: RetrieveRequest, rt: RuntimeDep, caller: CallerDep) -> RetrieveResponse:
+async def retrieve(
+    body: RetrieveRequest, request: Request, rt: RuntimeDep, caller: CallerDep
+) -> RetrieveResponse:
     """Find the memories that answer `query`, best first, each with a reason."""
     caller.check(body.namespace)
     tenant = caller.tenant(body.namespace)
+    note(request, tenant=tenant)
     o = body.options
     tr = o.time_range
     opts = RetrievalOptions(
@@ -48,6 +52,7 @@ async def retrieve(body: RetrieveRequest, rt: RuntimeDep, caller: CallerDep) -> 
         max_chars=o.budget_chars(),
         after_lsn=o.after_lsn,
         tenant=tenant,
+        request_id=REQUEST_ID.get(),
     )
     rt.orchestrator.validate(body.query, opts)  # refused before it waits for its share
     advance = await rt.budget.admit(tenant)
@@ -55,6 +60,8 @@ async def retrieve(body: RetrieveRequest, rt: RuntimeDep, caller: CallerDep) -> 
     try:
         got = await rt.orchestrator.retrieve(body.query, opts)
         cost = got.metadata.cost_s
+        md = got.metadata
+        note(request, strategy=md.strategy_used.value, degraded=md.degraded)
     finally:
         rt.budget.settle(tenant, advance, cost)
     return RetrieveResponse.model_validate(got)
