@@ -122,6 +122,13 @@ def dump(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+# Returns how many jobs wait and how long the oldest has waited (seconds).
+QUEUE_STATE = """
+SELECT count(*) AS queued,
+       coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_s
+FROM ingest_jobs WHERE state = 'queued'"""
+
+
 def load_items(value: Any) -> list[dict[str, Any]]:
     """A job's stored items (jsonb reaches asyncpg as text)."""
     got = json.loads(value) if isinstance(value, str) else value

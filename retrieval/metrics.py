@@ -122,6 +122,25 @@ HTTP_LATENCY = Histogram(
     buckets=LATENCY_BUCKETS_MS,
 )
 
+# The write-job queue as the job worker last read it (every poll): jobs waiting, and how long
+# the oldest has waited. Every worker reads the same queue: the largest live value counts.
+JOBS_QUEUED = Gauge(
+    "retrieval_ingest_jobs_queued",
+    "Write jobs waiting to be written",
+    multiprocess_mode="livemax",
+)
+JOB_OLDEST_S = Gauge(
+    "retrieval_ingest_job_oldest_seconds",
+    "How long the oldest waiting write job has waited (0: none waits)",
+    multiprocess_mode="livemax",
+)
+# What this process's /readyz last answered (1 ready, 0 not): its changes show flapping.
+READY = Gauge(
+    "retrieval_ready",
+    "1 when /readyz last answered ready, 0 when it did not",
+    multiprocess_mode="livemin",
+)
+
 DB_QUERIES = Counter("retrieval_db_queries_total", "Search legs run, by where they ran", ["target"])
 # With several workers each checks every replica: the worst value of the live workers counts.
 REPLICA_LAG = Gauge(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -83,6 +84,29 @@ async def migrate_database(dsn: str, embedding_dim: int, timezone: str = "Asia/T
         await conn.close()
 
 
+async def wait_for_migrations(dsn: str, every_s: float = 2.0, say_every_s: float = 30.0) -> None:
+    """Until no migration is pending (RETRIEVAL_MIGRATE_AT_START=false: another process, the
+    migration Job, applies them): the service serves /healthz meanwhile and is not ready."""
+    said = -say_every_s
+    while True:
+        conn = await asyncpg.connect(dsn)
+        try:
+            left = await migrations.pending(conn)
+        finally:
+            await conn.close()
+        if not left:
+            return
+        if time.monotonic() - said >= say_every_s:
+            logger.warning(
+                "%d migration(s) pending (%s): waiting for `retrieval migrate` (the migration "
+                "Job) to apply them",
+                len(left),
+                ", ".join(map(str, left)),
+            )
+            said = time.monotonic()
+        await asyncio.sleep(every_s)
+
+
 async def _check_store(pool: asyncpg.Pool, embedder: Embedder) -> dict[str, str]:
     """Refuse a store of another embedding model; warn of terms made by another tokenizer;
     name what this server lacks (pg_trgm)."""
@@ -111,7 +135,10 @@ async def open_runtime(
     """Start (or reach) PostgreSQL, migrate, load models, and refuse a foreign embedding model."""
     dsn = await asyncio.to_thread(settings.dsn)
     await wait_for_server(dsn, within_s=settings.db_wait_s, log=logger.warning)
-    await migrate_database(dsn, settings.embedding_dim, settings.timezone)
+    if settings.migrate_at_start:
+        await migrate_database(dsn, settings.embedding_dim, settings.timezone)
+    else:
+        await wait_for_migrations(dsn)
     # The two models load side by side (spaCy's ~1.7 s covers the embedder's graph).
     models = await asyncio.gather(
         _or_load(nlp, JapaneseNLP, settings.spacy_model, ner=settings.ner == "spacy"),

@@ -104,6 +104,9 @@ class Settings(BaseSettings):
     # milliseconds after it starts, whatever the database's state; unset: three legs' deadlines.
     request_timeout_ms: int | None = Field(default=None, ge=1, le=3_600_000)
     log_runs: bool = True
+    # Whether a start applies pending migrations (under an advisory lock); false: it waits until
+    # another process has (the Kubernetes migration Job: docs/deploy.md), serving /healthz.
+    migrate_at_start: bool = True
     # The service's logs on stdout: json (one object a line; one line a request) or text, at
     # this level and above.
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

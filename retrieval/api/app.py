@@ -8,6 +8,7 @@ import asyncio
 import gc
 import logging
 import os
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Any
@@ -71,9 +72,76 @@ async def _run_lifespan(app: Any, ready: asyncio.Event, stop: asyncio.Event) -> 
         await stop.wait()
 
 
+# Set when the service could not start (its database never answered, a foreign model): the
+# command that serves exits with an error (retrieval.cli.serve).
+START_FAILED: list[str] = []
+
+
+class _Serving:
+    """What a serving app runs beside its routes: the runtime (opened in the background, so
+    that /healthz answers at once while the database is waited for, migrated and the models
+    load) and the keepers (retention and expiry, the write-job and purge workers)."""
+
+    def __init__(self, app: FastAPI, settings: Settings, runtime: Runtime | None) -> None:
+        self.app, self.settings, self.given = app, settings, runtime
+        self.keepers: dict[str, asyncio.Task[None]] = {}
+        self.opening: asyncio.Task[None] | None = None
+        app.state.ready = asyncio.Event()
+
+    async def start(self) -> None:
+        if self.given is not None:
+            self._serve(self.given)
+        else:
+            self.opening = asyncio.create_task(self._open())
+
+    async def _open(self) -> None:
+        try:
+            rt = await open_runtime(self.settings)
+        except Exception as exc:  # the database never answered, a foreign model ...
+            logger.error("could not start: %s: %s", type(exc).__name__, exc)
+            START_FAILED.append(str(exc))
+            os.kill(os.getpid(), signal.SIGTERM)  # uvicorn stops serving; the command fails
+            return
+        # What serving started with (models, analysers, modules: ~190,000 objects) lives as
+        # long as the process: the collector no longer walks it in each full pass. Measured
+        # on LongMemEval (625 requests): the longest full collection, which stalls every
+        # request in flight, 229 -> 99 ms; all of them 1.07 -> 0.82 s.
+        gc.freeze()
+        self._serve(rt)
+
+    def _serve(self, rt: Runtime) -> None:
+        self.app.state.runtime = rt
+        self.keepers = {
+            "run-log retention and expiry": asyncio.create_task(_retention(rt)),
+            "write-job worker": asyncio.create_task(rt.jobs.run()),
+            "purge worker": asyncio.create_task(rt.writer.purges.run()),  # type: ignore[union-attr]
+        }
+        self.app.state.ready.set()
+        logger.info("started", extra={"fields": _started(rt, list(self.keepers))})
+
+    async def stop(self) -> None:
+        names = ", ".join(self.keepers) or "nothing (it had not started)"
+        logger.info("stopping: %s", names)
+        if self.opening is not None:
+            self.opening.cancel()
+            with suppress(asyncio.CancelledError):
+                await self.opening
+        for task in self.keepers.values():
+            task.cancel()
+        for task in self.keepers.values():
+            with suppress(asyncio.CancelledError):
+                await task
+        rt = getattr(self.app.state, "runtime", None)
+        if self.given is None and rt is not None:
+            await rt.close()
+        m.worker_exit(os.getpid())
+        logger.info("stopped: %s%s", names, "; the database pools closed" if rt else "")
+
+
 def _lifespan(settings: Settings, runtime: Runtime | None, mcp_http: Any, mcp_clients: Any) -> Any:
-    """The app's lifespan: the MCP app's own beside it, the runtime (opened here unless handed
-    in), the job worker and the run-log retention while it serves."""
+    """The app's lifespan: the MCP app's own beside it, the runtime (opened here, in the
+    background, unless handed in), the job and purge workers and the retention while it
+    serves."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -88,33 +156,12 @@ def _lifespan(settings: Settings, runtime: Runtime | None, mcp_http: Any, mcp_cl
         try:
             if mcp_task.done():
                 mcp_task.result()  # it failed to start: say why
-            app.state.runtime = runtime or await open_runtime(settings)
-            if runtime is None:
-                # What serving started with (models, analysers, modules: ~190,000 objects) lives
-                # as long as the process: the collector no longer walks it in each full pass.
-                # Measured on LongMemEval (625 requests): the longest full collection, which
-                # stalls every request in flight, 229 -> 99 ms; all of them 1.07 -> 0.82 s.
-                gc.freeze()
-            keepers = {
-                "run-log retention and expiry": _retention(app.state.runtime),
-                "write-job worker": app.state.runtime.jobs.run(),
-                "purge worker": app.state.runtime.writer.purges.run(),
-            }
-            tasks = [asyncio.create_task(c) for c in keepers.values()]
-            logger.info("started", extra={"fields": _started(app.state.runtime, list(keepers))})
+            serving = _Serving(app, settings, runtime)
+            await serving.start()
             try:
                 yield
             finally:
-                logger.info("stopping: %s", ", ".join(keepers))
-                for task in tasks:
-                    task.cancel()
-                for task in tasks:
-                    with suppress(asyncio.CancelledError):
-                        await task
-                if runtime is None:
-                    await app.state.runtime.close()
-                m.worker_exit(os.getpid())
-                logger.info("stopped: %s; the database pools closed", ", ".join(keepers))
+                await serving.stop()
         finally:
             mcp_stop.set()
             await mcp_task

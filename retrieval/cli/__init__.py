@@ -393,7 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     except RetrievalError as exc:
         return err(str(exc))
     except KeyboardInterrupt:
-        return 130
+        # The service stops itself (SIGTERM) when it cannot start: that is an error, said.
+        failed = getattr(sys.modules.get("retrieval.api.app"), "START_FAILED", None)
+        return err(f"the service could not start: {failed[0]}") if failed else 130
     except BrokenPipeError:  # `retrieval query ... | head`: the reader left, nothing to report
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -110,7 +110,9 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
             server.run(sockets=[sock])
     finally:
         sock.close()
-    return 0
+    from retrieval.api.app import START_FAILED
+
+    return err(f"the service could not start: {START_FAILED[0]}") if START_FAILED else 0
 
 
 async def mcp(settings: Settings, args: argparse.Namespace) -> int:
@@ -121,6 +123,7 @@ async def mcp(settings: Settings, args: argparse.Namespace) -> int:
 
     app = create_app(settings)
     async with app.router.lifespan_context(app):
+        await app.state.ready.wait()  # the runtime opens in the background
         api = ApiClients(app, default_key=settings.mcp_api_key)
         try:
             await build(api).run_stdio_async()

@@ -143,6 +143,7 @@ class WriteJobs:
         while self.work:
             try:
                 await self.take_up_dead()
+                await self._measure_queue()
                 job = await self._claim()
             except Exception as exc:  # the database is away: look again later
                 logger.warning("write jobs: cannot claim: %s", exc)
@@ -175,6 +176,13 @@ class WriteJobs:
         if n:
             logger.warning("write jobs: %d left running by a stopped worker taken up again", n)
         return n
+
+    async def _measure_queue(self) -> None:
+        """The queue's depth and its oldest job's wait, for the metrics (and their alerts)."""
+        async with session(self.pool, self.write_timeout_s) as conn:
+            row = await conn.fetchrow(q.QUEUE_STATE, timeout=self.write_timeout_s)
+        m.JOBS_QUEUED.set(row["queued"])
+        m.JOB_OLDEST_S.set(row["oldest_s"])
 
     async def _claim(self) -> asyncpg.Record | None:
         async with session(self.pool, self.write_timeout_s) as conn:

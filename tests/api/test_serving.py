@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 
 async def test_a_served_app_freezes_what_it_started_with(settings, rt, monkeypatch):
     """Serving (the app opens its own runtime) moves what it started with out of the
@@ -18,5 +20,7 @@ async def test_a_served_app_freezes_what_it_started_with(settings, rt, monkeypat
         assert frozen == []
     app = create_app(settings)
     async with app.router.lifespan_context(app):
+        # It serves at once (/healthz) and opens its runtime in the background.
+        await asyncio.wait_for(app.state.ready.wait(), 120)
         assert frozen == [True]
         assert app.state.runtime is not rt

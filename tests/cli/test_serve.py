@@ -133,3 +133,42 @@ async def test_a_served_connection_sends_its_answer_at_once():
     finally:
         server.close()
         await server.wait_closed()
+
+
+def test_a_start_answers_healthz_while_it_waits_and_fails_clearly_when_the_database_never_comes(
+    tmp_path,
+):
+    """/healthz answers as soon as the process serves (a startup probe does not kill a pod that
+    waits for its database, its migrations, its models); /readyz says not ready; a database that
+    never answers ends the start with an error, not a hang."""
+    port, dead = free_port(), free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgresql://nobody:x@127.0.0.1:{dead}/none",
+        "RETRIEVAL_DB_WAIT_S": "6",
+        "RETRIEVAL_LOG_FORMAT": "text",
+    }
+    log = tmp_path / "serve.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "retrieval.cli", "serve", "--port", str(port)],
+        cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        url, healthy = f"http://127.0.0.1:{port}", False
+        for _ in range(100):
+            try:
+                healthy = httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                healthy = False
+            if healthy:
+                break
+            time.sleep(0.1)
+        assert healthy, log.read_text()[-2000:]
+        ready = httpx.get(f"{url}/readyz", timeout=2)
+        assert ready.status_code == 503 and ready.json()["models"] is False
+        assert proc.wait(60) == 2
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = log.read_text()
+    assert "could not start" in out, out[-2000:]

@@ -216,3 +216,21 @@ async def test_the_trigram_index_holds_the_namespace(rt):
         )
         assert await conn.fetchval("SELECT count(*) FROM pg_extension WHERE extname = 'btree_gin'")
     assert index.endswith("USING gin (namespace, content gin_trgm_ops)")
+
+
+async def test_a_start_that_does_not_migrate_waits_for_whoever_does(rt, tmp_path):
+    """RETRIEVAL_MIGRATE_AT_START=false (the Kubernetes pods; the migration Job migrates): the
+    start waits while migrations are pending, and goes on once they are applied."""
+    import asyncio
+
+    from retrieval.runtime import wait_for_migrations
+
+    async with _old_store(rt, tmp_path, "waits", up_to=1) as conn:
+        from urllib.parse import urlparse, urlunparse
+
+        dsn = urlunparse(urlparse(rt.dsn)._replace(path=f"/waits_{os.getpid()}"))
+        waiting = asyncio.create_task(wait_for_migrations(dsn, every_s=0.1))
+        await asyncio.sleep(0.5)
+        assert not waiting.done()
+        await migrations.migrate(conn, embedding_dim=3)
+        await asyncio.wait_for(waiting, 10)

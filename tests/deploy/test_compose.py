@@ -17,6 +17,8 @@ import pytest
 from tests.helpers import ROOT, SHARED, free_port
 
 COMPOSE = SHARED / "containers" / "compose.sh"
+# A password a URL could not hold as it is: the service reads it from PGPASSWORD.
+PASSWORD = "p@ss:w/rd?#" + uuid.uuid4().hex[:8]
 
 pytestmark = pytest.mark.skipif(
     shutil.which("podman") is None or not COMPOSE.exists(),
@@ -29,7 +31,7 @@ def _compose(project: str, port: int, *args: str, timeout: float = 1200) -> str:
     out = subprocess.run(
         ["bash", str(COMPOSE), "-p", project, *args],
         cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, "RETRIEVAL_PORT": str(port)},
+        env={**os.environ, "RETRIEVAL_PORT": str(port), "POSTGRES_PASSWORD": PASSWORD},
     )  # fmt: skip
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     return out.stdout
@@ -80,4 +82,14 @@ def test_compose_builds_serves_and_keeps_what_was_stored():
         assert inside.split()[-3:] == ["None", "None", "10001"], inside
     finally:
         subprocess.run(["bash", str(COMPOSE), "-p", project, "down", "-v"], cwd=ROOT,
-                       capture_output=True, timeout=600)  # fmt: skip
+                       capture_output=True, timeout=600,
+                       env={**os.environ, "POSTGRES_PASSWORD": PASSWORD})  # fmt: skip
+
+
+def test_compose_refuses_to_start_without_a_password():
+    out = subprocess.run(
+        ["bash", str(COMPOSE), "-p", f"rt{uuid.uuid4().hex[:6]}", "config"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={k: v for k, v in os.environ.items() if k != "POSTGRES_PASSWORD"},
+    )  # fmt: skip
+    assert out.returncode != 0 and "POSTGRES_PASSWORD" in out.stdout + out.stderr

@@ -71,6 +71,7 @@ async def readyz(request: Request) -> JSONResponse:
     ok = bool(
         checks.get("models") and checks.get("database") and not checks.get("migrations_pending")
     )
+    m.READY.set(1 if ok else 0)
     return JSONResponse({"ready": ok, **checks}, status_code=200 if ok else 503)
 
 
