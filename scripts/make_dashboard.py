@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-DS = {"type": "prometheus", "uid": "prometheus"}
+# The data source is a variable (the dashboard imports into any Grafana, whatever its
+# Prometheus is called); the `instance` variable picks pods (all by default).
+DS = {"type": "prometheus", "uid": "${datasource}"}
 Q = "histogram_quantile({q}, sum(rate({m}_bucket[$__rate_interval])) by (le{by}))"
 
 # (title, unit, [(legend, expr)]) — one row of three panels at a time.
@@ -132,6 +134,52 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
         "ops",
         [("{{kind}}", "sum(rate(retrieval_feedback_total[$__rate_interval])) by (kind)")],
     ),
+    (
+        "Refusals and failures per second by status (422, 429, 503 …)",
+        "reqps",
+        [
+            (
+                "{{status}}",
+                'sum(rate(retrieval_http_requests_total{status=~"4..|5.."}[$__rate_interval]))'
+                " by (status)",
+            )
+        ],
+    ),
+    (
+        "Requests per second by pod",
+        "reqps",
+        [
+            (
+                "{{instance}}",
+                'sum(rate(retrieval_http_requests_total{instance=~"$instance"}'
+                "[$__rate_interval])) by (instance)",
+            )
+        ],
+    ),
+    (
+        "HTTP p95 latency by pod",
+        "ms",
+        [
+            (
+                "{{instance}}",
+                "histogram_quantile(0.95, sum(rate(retrieval_http_request_latency_ms_bucket"
+                '{instance=~"$instance"}[$__rate_interval])) by (le, instance))',
+            )
+        ],
+    ),
+    (
+        "Write-job queue: depth and oldest wait",
+        "short",
+        [
+            ("waiting", "max(retrieval_ingest_jobs_queued)"),
+            ("oldest wait (s)", "max(retrieval_ingest_job_oldest_seconds)"),
+        ],
+    ),
+    (
+        "Readiness by pod (1 ready)",
+        "short",
+        [("{{instance}}", 'min(retrieval_ready{instance=~"$instance"}) by (instance)')],
+    ),
 ]
 
 
@@ -163,7 +211,31 @@ def dashboard() -> dict:
         "refresh": "10s",
         "time": {"from": "now-1h", "to": "now"},
         "panels": panels,
-        "templating": {"list": []},
+        "templating": {
+            "list": [
+                {
+                    "name": "datasource",
+                    "label": "Prometheus",
+                    "type": "datasource",
+                    "query": "prometheus",
+                    "current": {},
+                    "hide": 0,
+                },
+                {
+                    "name": "instance",
+                    "label": "Pod",
+                    "type": "query",
+                    "datasource": DS,
+                    "query": "label_values(retrieval_http_requests_total, instance)",
+                    "includeAll": True,
+                    "multi": True,
+                    "allValue": ".*",
+                    "current": {"text": "All", "value": "$__all"},
+                    "refresh": 2,
+                    "hide": 0,
+                },
+            ]
+        },
         "annotations": {"list": []},
     }
 

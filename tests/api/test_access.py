@@ -9,7 +9,6 @@ import json
 import logging
 
 from retrieval.api.access import JsonLines, TextLines, logging_config, tenant_digest
-from retrieval.tenants import key_id
 from tests.helpers import KEY_ALL
 
 
