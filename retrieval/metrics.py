@@ -239,6 +239,10 @@ class StageClock:
     def add(self, stage: str, ms: float) -> None:
         self.stage_ms[stage] = self.stage_ms.get(stage, 0.0) + ms
 
+    def mark(self) -> None:
+        """The next lap starts now (what ran since was timed on its own)."""
+        self._since = time.perf_counter()
+
     def lap(self, stage: str) -> None:
         """The time since the last lap (or the clock's start) goes to `stage`."""
         now = time.perf_counter()

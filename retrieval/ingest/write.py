@@ -6,10 +6,11 @@ vector, terms and entities."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import numpy as np
@@ -22,12 +23,15 @@ from retrieval.embedding.documents import embed_texts
 from retrieval.embedding.meter import EmbedMeter
 from retrieval.embedding.texts import PassageRow, Recipe, memory_text, recipe, turn_text
 from retrieval.errors import InvalidInput, StoreUnavailable
-from retrieval.ingest.index import Indexer, word_count
+from retrieval.ingest.index import Indexed, Indexer, word_count
 from retrieval.ingest.items import MemoryItem
 from retrieval.ingest.turns import may_follow, predecessors
 from retrieval.metrics import StageClock
 from retrieval.text.nlp import normalize_entity
 from retrieval.validation import duplicate_ids
+
+A = TypeVar("A")
+B = TypeVar("B")
 
 # Given vectors, row i for item i; a None row is embedded by the write.
 Vectors = np.ndarray | Sequence[np.ndarray | None]
@@ -132,7 +136,9 @@ async def prepare_rows(
     """The rows to write for items, and how many were (re)embedded. `lookup` is what look_up
     gave, when the caller has read it already; `vectors` gives an item's vector where it is not
     None; `tick` is awaited between embedding calls; `clock` gets the time each part took
-    (lookup, analyse, context, embed); `timeout_s` bounds each read."""
+    (lookup, context, then analyse and embed, which run side by side: the analysis on a thread
+    of the default executor, the embedding on the write path's background threads);
+    `timeout_s` bounds each read."""
     clock = clock or StageClock()
     if lookup is None:
         lookup = await look_up(pool, namespace, items, ids, timeout_s=timeout_s)
@@ -140,17 +146,29 @@ async def prepare_rows(
     old, need = lookup.old, lookup.need
     changed = set(need)
     kept = [None if i in changed else old[x] for i, x in enumerate(ids)]
-    texts = [memory_text(items[i].title, items[i].content) for i in need]
-    fresh = dict(
-        zip(need, await analyse(texts, [items[i].entities is None for i in need]), strict=True)
-    )
-    clock.lap("analyse")
     given = _given(vectors, need)
     recipes = {i: recipe(items[i].title, items[i].content, given=i in given) for i in need}
     await _after_their_turns(pool, namespace, items, ids, recipes, timeout_s)
     clock.lap("context")
-    emb, passages = await _embed(embedder, recipes, given, batch_size, meter, tick)
-    clock.lap("embed")
+    texts = [memory_text(items[i].title, items[i].content) for i in need]
+
+    async def analysed() -> list[Indexed]:
+        t = time.perf_counter()
+        try:
+            return await analyse(texts, [items[i].entities is None for i in need])
+        finally:
+            clock.add("analyse", (time.perf_counter() - t) * 1000.0)
+
+    async def embedded() -> tuple[dict[int, np.ndarray], dict[int, list[PassageRow]]]:
+        t = time.perf_counter()
+        try:
+            return await _embed(embedder, recipes, given, batch_size, meter, tick)
+        finally:
+            clock.add("embed", (time.perf_counter() - t) * 1000.0)
+
+    got, (emb, passages) = await _both(analysed(), embedded())
+    fresh = dict(zip(need, got, strict=True))
+    clock.mark()  # the two have their own times, above
     rows = []
     for i, it in enumerate(items):
         k = kept[i]
@@ -163,6 +181,18 @@ async def prepare_rows(
             vector = k["embedding"]
         rows.append(_row(ids[i], it, vector, terms, found, passages.get(i)))
     return rows, len(need)
+
+
+async def _both(a: Awaitable[A], b: Awaitable[B]) -> tuple[A, B]:
+    """Both results; when one fails, the other is cancelled (and waited for) first."""
+    ta, tb = asyncio.ensure_future(a), asyncio.ensure_future(b)
+    try:
+        return await ta, await tb
+    finally:
+        for t in (ta, tb):
+            if not t.done():
+                t.cancel()
+        await asyncio.gather(ta, tb, return_exceptions=True)
 
 
 def _given(vectors: Vectors | None, need: list[int]) -> dict[int, np.ndarray]:
