@@ -208,9 +208,11 @@ class Settings(BaseSettings):
                 )
         return v
 
-    @field_validator("model_cache_dir", mode="before")
+    @field_validator("model_cache_dir", "api_keys", mode="before")
     @classmethod
-    def _no_cache_when_empty(cls, v: object) -> object:
+    def _unset_when_empty(cls, v: object) -> object:
+        """An empty value is an unset one (compose passes `${VAR:-}` as ""): no cache, no
+        keys."""
         return None if isinstance(v, str) and not v.strip() else v
 
     @field_validator("timezone")

@@ -89,8 +89,9 @@ class AccessLog:
             logger.info("request", extra={"fields": line})
 
 
-# The attributes every LogRecord has: what is not one of them was given in `extra`.
-_RECORD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+# The attributes every LogRecord has: what is not one of them was given in `extra` (uvicorn's
+# terminal colours left out).
+_RECORD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "color_message"}
 
 
 class JsonLines(logging.Formatter):

@@ -161,6 +161,8 @@ def graph_bytes(w: E5Weights, cache_dir: Path | None) -> bytes:
         cache_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=cache_dir, delete=False, suffix=".part") as f:
             f.write(data)
+        # Readable by every user (an image builds it as root, the service reads it as another).
+        os.chmod(f.name, 0o644)
         os.replace(f.name, path)
         logger.info("embedding graph built and cached at %s", path)
     except OSError as e:

@@ -167,6 +167,8 @@ def test_the_graph_is_built_once_and_cached(monkeypatch, tmp_path):
     first = graph_bytes(w, tmp_path)
     again = graph_bytes(w, tmp_path)
     assert first == again and built == [1]
+    # Readable by the user the service runs as (an image builds it as root).
+    assert (next(tmp_path.iterdir()).stat().st_mode & 0o777) == 0o644
     assert [p.name for p in tmp_path.iterdir()] == [
         f"e5-small-{w.digest()}-g{onnx_e5.GRAPH_VERSION}.onnx"
     ]
