@@ -208,11 +208,11 @@ class Settings(BaseSettings):
                 )
         return v
 
-    @field_validator("model_cache_dir", "api_keys", mode="before")
+    @field_validator("model_cache_dir", mode="before")
     @classmethod
     def _unset_when_empty(cls, v: object) -> object:
-        """An empty value is an unset one (compose passes `${VAR:-}` as ""): no cache, no
-        keys."""
+        """An empty cache directory is none. (Not so for the keys: an empty RETRIEVAL_API_KEYS
+        most likely meant keys that went missing, so it is refused, not read as "no auth".)"""
         return None if isinstance(v, str) and not v.strip() else v
 
     @field_validator("timezone")

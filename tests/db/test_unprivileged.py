@@ -46,7 +46,12 @@ def _python(user: str | None) -> list[str]:
         pytest.skip(f"no {exe} for the unprivileged user to run")
     packages = sysconfig.get_paths()["purelib"]
     assert packages in site.getsitepackages() or packages in sys.path
-    prelude = f"import site; site.addsitedir({packages!r}); "
+    # First on the path: the system's own dist-packages (an older protobuf, say) must not
+    # shadow this environment's.
+    prelude = (
+        f"import site, sys; site.addsitedir({packages!r}); "
+        f"sys.path.remove({packages!r}); sys.path.insert(0, {packages!r}); "
+    )
     return [exe, "-c", prelude + entry]
 
 

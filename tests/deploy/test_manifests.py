@@ -192,11 +192,29 @@ def test_the_compose_file_runs_the_image_beside_postgresql():
     assert db["environment"]["PGDATA"] == "/var/lib/postgresql/pgdata"
     observed = {name for name, s in svc.items() if "observability" in s.get("profiles", [])}
     assert observed == {"prometheus", "grafana"}
-    grafana = svc["grafana"]["environment"]
-    assert "GF_AUTH_ANONYMOUS_ENABLED" not in grafana
-    assert "${GRAFANA_ADMIN_PASSWORD:?" in grafana["GF_SECURITY_ADMIN_PASSWORD"]
+    # The keys pass through only when set (an empty value is refused by the service).
+    assert app["environment"]["RETRIEVAL_API_KEYS"] is None
+    grafana = svc["grafana"]
+    assert "GF_AUTH_ANONYMOUS_ENABLED" not in grafana["environment"]
+    assert grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "${GRAFANA_ADMIN_PASSWORD:-}"
+    # Grafana's entrypoint refuses to start without a password and starts Grafana with one
+    # (here, /run.sh is absent: 127 says it got as far as running it).
+    shell, flag, script, name = grafana["entrypoint"]
+    assert (shell, flag) == ("/bin/sh", "-c")
+
+    def start(password: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [shell, flag, script.replace("$$", "$"), name],
+            env={"PATH": os.environ["PATH"], "GF_SECURITY_ADMIN_PASSWORD": password},
+            capture_output=True, text=True,
+        )  # fmt: skip
+
+    refused = start("")
+    assert refused.returncode == 1 and "set GRAFANA_ADMIN_PASSWORD" in refused.stderr
+    assert start("s3cret").returncode == 127
     example = (ROOT / "deploy" / ".env.example").read_text()
     assert "POSTGRES_PASSWORD=" in example and "GRAFANA_ADMIN_PASSWORD=" in example
+    assert "\nRETRIEVAL_API_KEYS=" not in example  # an empty one would be refused
 
 
 def test_the_containerfile_is_reproducible_labelled_and_checks_itself():

@@ -77,7 +77,7 @@ def test_migrate_query_and_ingest_errors(env, ns, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Grafanaのダッシュボード" in out and "found by" in out
     assert main(["query", "   ", "--namespace", ns]) == 2
-    assert "query: must not be empty" in capsys.readouterr().err
+    assert "query: must hold a visible character" in capsys.readouterr().err
     assert main(["ingest", str(tmp_path / "missing.jsonl")]) == 2
 
 
