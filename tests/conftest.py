@@ -66,6 +66,15 @@ async def rt(settings, nlp, embedder):
 
 
 @pytest.fixture
+def env(rt, monkeypatch):
+    """The test server's runtime, with the environment a CLI command run in-process reads
+    pointing at the same embedded server."""
+    monkeypatch.setenv("RETRIEVAL_DATA_DIR", str(rt.settings.data_dir))
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    return rt
+
+
+@pytest.fixture
 def ns() -> str:
     """A fresh namespace per test: tests never see each other's rows."""
     return f"t-{uuid.uuid4().hex[:12]}"

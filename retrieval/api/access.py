@@ -22,6 +22,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from retrieval import metrics as m
+
 logger = logging.getLogger("retrieval.access")
 
 # The request being served (its id), for the code below the routes (the run log).
@@ -30,6 +32,9 @@ REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
 _GIVEN_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 # What a request's line adds beside its route and status (set by the route: request.state).
 NOTED = ("strategy", "degraded", "tenant")
+# Methods counted by name in the metrics; any other is `other` (a label per made-up method
+# would grow the series without bound).
+KNOWN_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 
 
 def tenant_digest(tenant: str) -> str:
@@ -49,7 +54,9 @@ def note(request: Any, **fields: Any) -> None:
 
 
 class AccessLog:
-    """The outermost middleware: the request's id (given or made, sent back) and its log line."""
+    """The outermost middleware: the request's id (given or made, sent back), its log line, and
+    its count and latency in the metrics (by route template, method and status; a refusal
+    before any route, 413 say, as `unmatched`)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -76,13 +83,17 @@ class AccessLog:
             await self.app(scope, receive, tracked_send)
         finally:
             REQUEST_ID.reset(token)
-            route = scope.get("route")
+            ms = (time.perf_counter() - t) * 1000.0
+            template = getattr(scope.get("route"), "path", None)
+            method = scope["method"] if scope["method"] in KNOWN_METHODS else "other"
+            m.HTTP_REQUESTS.labels(template or "unmatched", method, str(status)).inc()
+            m.HTTP_LATENCY.labels(template or "unmatched", method).observe(ms)
             line: dict[str, Any] = {
                 "request_id": request_id,
                 "method": scope["method"],
-                "route": getattr(route, "path", None) or scope["path"],
+                "route": template or scope["path"],
                 "status": status,
-                "ms": round((time.perf_counter() - t) * 1000.0, 1),
+                "ms": round(ms, 1),
             }
             noted = scope["state"].get("access") or {}
             line.update({k: v for k, v in noted.items() if k in NOTED})

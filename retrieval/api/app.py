@@ -21,7 +21,7 @@ from retrieval.api.access import AccessLog
 from retrieval.api.errors import add_handlers
 from retrieval.api.mcp import RequireKey
 from retrieval.api.mcp import mount as mcp_mount
-from retrieval.api.middleware import BodyLimit, HttpMetrics, JsonBody
+from retrieval.api.middleware import BodyLimit, JsonBody
 from retrieval.api.routes import memories, ops, retrieve
 from retrieval.api.schemas import COMMON_RESPONSES, document_limits, retrieve_body_limit
 from retrieval.models import Source, Strategy
@@ -205,13 +205,13 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app.router.lifespan_context = _lifespan(settings, runtime, mcp_http, mcp_clients)
     app.mount("/mcp", RequireKey(mcp_http, keys))
     app.add_middleware(JsonBody)
-    app.add_middleware(HttpMetrics)
     app.add_middleware(
         BodyLimit,
         max_bytes=settings.max_body_bytes,
         per_path={"/v1/retrieve": retrieve_body_limit(settings)},
     )
-    # Added last, so outermost: every answer (a refusal by the limits too) has its id and line.
+    # Added last, so outermost: every answer (a refusal by the limits too) has its id, its line
+    # and its metrics.
     app.add_middleware(AccessLog)
     add_handlers(app)
     for r in (retrieve.router, memories.router, ops.router):

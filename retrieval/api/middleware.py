@@ -1,17 +1,12 @@
-"""ASGI middleware: a request-body limit enforced before parsing, the JSON routes' content type,
-and HTTP metrics."""
+"""ASGI middleware: a request-body limit enforced before parsing and the JSON routes' content
+type (a request's metrics and log line: retrieval.api.access)."""
 
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from retrieval import metrics as m
-
-KNOWN_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 
 
 async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
@@ -106,33 +101,3 @@ class BodyLimit:
         except Exception:
             if not rejected:
                 raise
-
-
-class HttpMetrics:
-    """Requests and latency by route template, method (unknown ones as `other`) and status."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        t0 = time.perf_counter()
-        status = 500
-
-        async def tracked_send(msg: Message) -> None:
-            nonlocal status
-            if msg["type"] == "http.response.start":
-                status = msg["status"]
-            await send(msg)
-
-        try:
-            await self.app(scope, receive, tracked_send)
-        finally:
-            route = scope.get("route")
-            path = getattr(route, "path", "unmatched")
-            method = scope.get("method", "")
-            method = method if method in KNOWN_METHODS else "other"
-            m.HTTP_REQUESTS.labels(path, method, str(status)).inc()
-            m.HTTP_LATENCY.labels(path, method).observe((time.perf_counter() - t0) * 1000.0)

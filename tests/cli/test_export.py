@@ -19,13 +19,6 @@ from tests.helpers import shared_file
 TURNS = 150
 
 
-@pytest.fixture
-def env(rt, monkeypatch):
-    monkeypatch.setenv("RETRIEVAL_DATA_DIR", str(rt.settings.data_dir))
-    monkeypatch.delenv("DATABASE_URL", raising=False)
-    return rt
-
-
 def _locomo(tmp_path):
     mem = shared_file("eval", "locomo_dev", "memories.jsonl")
     if not mem.exists():

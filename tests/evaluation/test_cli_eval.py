@@ -10,13 +10,6 @@ from retrieval.cli import main
 from tests.helpers import shared_file
 
 
-@pytest.fixture
-def env(rt, monkeypatch):
-    monkeypatch.setenv("RETRIEVAL_DATA_DIR", str(rt.settings.data_dir))
-    monkeypatch.delenv("DATABASE_URL", raising=False)
-    return rt
-
-
 def test_help_lists_every_command(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--help"])

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
-from pydantic import AwareDatetime
+from pydantic import AwareDatetime, BaseModel
 
 from db import memories
 from db.memories import Page
@@ -57,6 +57,13 @@ def _path_id(memory_id: str) -> str:
         raise NotFound(f"no memory {memory_id!r}: {exc}") from None
 
 
+def _accepted(work: BaseModel, location: str) -> JSONResponse:
+    """202 for work that goes on after the answer: its state now, and where to follow it."""
+    return JSONResponse(
+        work.model_dump(mode="json"), status_code=202, headers={"Location": location}
+    )
+
+
 @router.post("/v1/memories", response_model=IngestOut, responses=QUEUED)
 async def add_memories(body: MemoriesIn, rt: RuntimeDep, caller: CallerDep) -> Any:
     """Store memories (idempotent on `id`); a batch with any invalid item is rejected whole.
@@ -71,11 +78,7 @@ async def add_memories(body: MemoriesIn, rt: RuntimeDep, caller: CallerDep) -> A
         assert done.report is not None
         return done.report.to_json()
     job = JobOut.model_validate(done.job)
-    return JSONResponse(
-        job.model_dump(mode="json"),
-        status_code=202,
-        headers={"Location": f"/v1/jobs/{job.id}?namespace={body.namespace}"},
-    )
+    return _accepted(job, f"/v1/jobs/{job.id}?namespace={body.namespace}")
 
 
 @router.get("/v1/jobs/{job_id}", response_model=JobOut, responses=NOT_FOUND)
@@ -214,11 +217,7 @@ async def purge_namespace(
     purge = PurgeOut.model_validate(
         await rt.writer.purges.start(namespace, caller.tenant(namespace))
     )
-    return JSONResponse(
-        purge.model_dump(mode="json"),
-        status_code=202,
-        headers={"Location": f"/v1/purges/{purge.id}?namespace={namespace}"},
-    )
+    return _accepted(purge, f"/v1/purges/{purge.id}?namespace={namespace}")
 
 
 @router.get("/v1/purges/{purge_id}", response_model=PurgeOut, responses=NOT_FOUND)
