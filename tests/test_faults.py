@@ -9,6 +9,7 @@ failures on write routes were 500s.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import time
@@ -138,6 +139,30 @@ async def _poll(
     return out
 
 
+@contextmanager
+def _collector_pauses():
+    """The garbage collector's pauses (seconds) while the block runs, the heap made so far set
+    aside first (gc.freeze): a full collection of a long test session's heap took ~1 s on the
+    event loop in one CI run, and a request's timer fired that late."""
+    pauses: list[float] = []
+    started: list[float] = []
+
+    def watch(phase: str, info: dict) -> None:
+        if phase == "start":
+            started.append(time.perf_counter())
+        elif started:
+            pauses.append(time.perf_counter() - started.pop())
+
+    gc.collect()
+    gc.freeze()
+    gc.callbacks.append(watch)
+    try:
+        yield pauses
+    finally:
+        gc.callbacks.remove(watch)
+        gc.unfreeze()
+
+
 @pytest.mark.parametrize("run", range(5))
 async def test_database_stopped_answers_within_the_deadline_then_recovers(own_db, own_client, run):
     """PostgreSQL stopped (SIGSTOP, every process of it) for 6 s under load, then resumed.
@@ -149,7 +174,7 @@ async def test_database_stopped_answers_within_the_deadline_then_recovers(own_db
     Retry-After); every request after the pause is served."""
     rt, data_dir = own_db
     assert (await own_client.post("/v1/retrieve", json={"query": QUERIES[0]})).status_code == 200
-    with _stopped(data_dir):
+    with _stopped(data_dir), _collector_pauses() as pauses:
         seen, ready, writes = await asyncio.gather(
             _load(own_client, 6.0), _poll(own_client, 6.0, "ready"), _poll(own_client, 6.0, "write")
         )
@@ -161,12 +186,16 @@ async def test_database_stopped_answers_within_the_deadline_then_recovers(own_db
     print(
         f"SIGSTOP 6 s (run {run}): {dict(statuses)}, slowest retrieve {slowest * 1000:.0f} ms "
         f"(deadline {deadline * 1000:.0f}), readyz {slowest_ready * 1000:.0f} ms, write "
-        f"{slowest_write * 1000:.0f} ms"
+        f"{slowest_write * 1000:.0f} ms, longest collector pause "
+        f"{max(pauses, default=0) * 1000:.0f} ms"
     )
     assert set(statuses) <= {200, 503}, statuses
     assert statuses[503] > 0
     assert all(r.headers.get("retry-after") for s, _, r in seen if s == 503)
-    assert slowest <= deadline + 0.5
+    # The test process (hundreds of tests' objects by now) is not the service: its garbage
+    # collector's longest pause in the window is said, should a bound be missed.
+    paused = f"longest garbage-collector pause in the window: {max(pauses, default=0):.3f} s"
+    assert slowest <= deadline + 0.5, paused
     # Which step of readiness was late is in its answer ("error": the type that ended it).
     assert slowest_ready <= 2.0 + 0.5, max(ready, key=lambda x: x[1])
     # A write's steps (lookup, the turn followed, the transaction) each have the deadline.
