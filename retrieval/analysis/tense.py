@@ -6,8 +6,9 @@ times (retrieval.rank.latest); a question about the past (where did I live in 20
 いた頃) does not. Decided from the words, not a model:
 
 - a marker of now: now, these days, currently, still, 今, いま, 現在, 最近, いつも, 普段 …;
-- or, in English, with no marker of the past, a present-tense question about the asker (my, I)
-  asked with is / are / do (Who is my dentist?). In Japanese a marker is needed: the non-past
+- or, in English, with no marker of the past, a present-tense question about the asker (my, I,
+  or the household: we, our) asked with is / are / do (Who is my dentist?, Which provider do
+  we use?). In Japanese a marker is needed: the non-past
   progressive is as often a clause's (進めている案件の予算) as the question's;
 - and never with a named window that is over (2023年, last month), nor in a question about what
   would have been (would … if), nor in one that adds up (the total, altogether, 合計, 全部で):
@@ -45,7 +46,8 @@ _EN_PRESENT_ASK = re.compile(
     r"'s\b|'re\b|'m\b",
     re.IGNORECASE,
 )
-_EN_ME = re.compile(r"\b(?:my|i|me|mine)\b", re.IGNORECASE)
+# The asker, or the household the asker speaks for ("Which internet provider do we use at home?").
+_EN_ME = re.compile(r"\b(?:my|i|me|mine|we|us|our|ours)\b", re.IGNORECASE)
 # A question about what would be, had things gone otherwise ("Would she still want it if she
 # hadn't ...?"): about no time at all, whatever its "still" or "now".
 _EN_HYPOTHETICAL = re.compile(

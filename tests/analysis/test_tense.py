@@ -15,6 +15,10 @@ from retrieval.analysis.tense import asks_about_now, plans_ahead, relations_in
         ("What laptop am I using these days?", True),
         ("Who is my dentist?", True),
         ("What's my job title?", True),
+        # the household the asker speaks for is the asker
+        ("Which streaming service are we paying for?", True),
+        ("Who is the vet our cat goes to?", True),
+        ("What did we order for the party?", False),
         ("兄は今どこに住んでる？", True),
         ("今の携帯のキャリアは？", True),
         ("いつも髪を切ってもらってる美容院は？", True),

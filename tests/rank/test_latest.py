@@ -4,7 +4,8 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from retrieval.models import ScoredResult
+from retrieval.api.items import parse_items
+from retrieval.models import RetrievalOptions, ScoredResult
 from retrieval.rank import latest
 from retrieval.rank.latest import _rare_words, latest_first
 from tests.fakes import cand
@@ -80,3 +81,35 @@ def test_a_repeated_question_ranks_the_same_from_what_was_kept():
     assert ("relations", 12, "My brother moved to Nagoya.") in latest._READ
     again = [(r.candidate.id, r.score, r.notes) for _, r, _, _ in latest_first(scored, ())]
     assert once == again and once[0][0] == 13
+
+
+HOME_INTERNET = [
+    {
+        "id": "flets",
+        "content": "We signed up with Flet's Hikari for the internet at home.",
+        "created_at": "2023-04-02T10:00:00+09:00",
+    },
+    {
+        "id": "nuro",
+        "content": "Switched the home internet from Flet's Hikari to NURO; it is twice as fast.",
+        "created_at": "2025-09-14T10:00:00+09:00",
+    },
+    {
+        "id": "router",
+        "content": "The router is in the cupboard by the door.",
+        "created_at": "2024-01-02T10:00:00+09:00",
+    },
+]
+
+
+async def test_a_question_for_the_household_about_now_gets_the_newest_fact(rt, ns):
+    """Before: "we" / "our" were not the asker, so the question was not read as one about now
+    and the first contract (the closer wording) came first."""
+    await rt.writer.write(parse_items(HOME_INTERNET), ns)
+    now = datetime(2026, 11, 22, 3, tzinfo=UTC)
+    for q in ("Which internet provider do we use at home?", "Who is our internet provider?"):
+        resp = await rt.orchestrator.retrieve(q, RetrievalOptions(namespace=ns, limit=3, now=now))
+        assert resp.metadata.query_intent.present, q
+        ids = [r.id for r in resp.results]
+        assert ids.index("nuro") < ids.index("flets"), (q, ids)
+        assert "newest of 2" in resp.results[0].reason, resp.results[0].reason
