@@ -379,6 +379,8 @@ class ScoredResult:
     highlight: tuple[int, int] | None = None
     # What a ranking stage says of it beyond its signals (retrieval.rank.latest), for the reason.
     notes: tuple[str, ...] = ()
+    # A question about now: the newer memory (external id) that states the same thing.
+    superseded_by: str | None = None
 
 
 @dataclass
@@ -472,6 +474,8 @@ class Result:
     highlight: Highlight | None = None
     # `content` is only the highlight: the whole did not fit the budget.
     cut: bool = False
+    # A question about now: the newer memory that states the same thing (rank.latest).
+    superseded_by: str | None = None
 
 
 def result_of(r: ScoredResult, *, details: bool = True) -> Result:
@@ -490,6 +494,7 @@ def result_of(r: ScoredResult, *, details: bool = True) -> Result:
         sources=r.sources,
         relevance=r.relevance,
         reason=r.reason,
+        superseded_by=r.superseded_by,
         highlight=None
         if r.highlight is None
         else Highlight(

@@ -108,7 +108,13 @@ def _in_time_order(out: list[Scored], chain: list[int]) -> list[Scored]:
             if k == 0
             else f"older than {newest}, which states this too (a question about now)"
         )
-        got[i] = (inside, replace(r, score=score, notes=(*r.notes, note)), rec, near)
+        older = None if k == 0 else newest
+        got[i] = (
+            inside,
+            replace(r, score=score, notes=(*r.notes, note), superseded_by=older),
+            rec,
+            near,
+        )
     return got
 
 

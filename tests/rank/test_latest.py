@@ -33,6 +33,8 @@ def test_the_newest_of_a_chain_takes_its_best_score_and_says_so():
     assert ids.index(3) < ids.index(1)  # Kyoto above Osaka
     kyoto = next(r for _, r, _, _ in got if r.candidate.id == 3)
     assert kyoto.score == 0.5 and "newest of 2" in kyoto.notes[0]
+    osaka = next(r for _, r, _, _ in got if r.candidate.id == 1)
+    assert osaka.superseded_by == kyoto.candidate.external_id and kyoto.superseded_by is None
     parents = next(r for _, r, _, _ in got if r.candidate.id == 2)
     assert parents.score == 0.45 and not parents.notes  # someone else's city
     scores = [r.score for _, r, _, _ in got]
@@ -113,3 +115,11 @@ async def test_a_question_for_the_household_about_now_gets_the_newest_fact(rt, n
         ids = [r.id for r in resp.results]
         assert ids.index("nuro") < ids.index("flets"), (q, ids)
         assert "newest of 2" in resp.results[0].reason, resp.results[0].reason
+        by_id = {r.id: r for r in resp.results}
+        assert by_id["flets"].superseded_by == "nuro" and by_id["nuro"].superseded_by is None
+    past = await rt.orchestrator.retrieve(
+        "Which internet provider did we have before?",
+        RetrievalOptions(namespace=ns, limit=3, now=now),
+    )
+    assert not past.metadata.query_intent.present
+    assert all(r.superseded_by is None for r in past.results)

@@ -121,6 +121,11 @@ class ResultOut(_Out):
         default=False,
         description="`content` is only the highlight: the whole did not fit the budget.",
     )
+    superseded_by: str | None = Field(
+        default=None,
+        description="For a question about now: the id of a newer memory that states the same "
+        "thing (this one is the older fact, ranked below it). None otherwise.",
+    )
 
     @field_serializer("score")
     def _score(self, v: float) -> float:
