@@ -273,6 +273,9 @@ class QueryIntent:
     # relations whose fact it asks (my brother's city: "brother").
     present: bool = False
     relations: tuple[str, ...] = ()
+    # The changing attribute it asks for, and whose ("residence", "car:mother";
+    # retrieval.analysis.facts), if it names one.
+    fact: str | None = None
     # The kind of answer it asks for ("date", "amount": retrieval.analysis.answers), if it says.
     asks: str | None = None
     # Whose turns answer it in a chat with an assistant ("user", "assistant": the asker's own
@@ -293,6 +296,7 @@ class QueryIntent:
             "names": {n.text: list(n.keys) for n in self.names},
             "present": self.present,
             "relations": list(self.relations),
+            "fact": self.fact,
             "asks": self.asks,
             "speaker": self.speaker,
         }

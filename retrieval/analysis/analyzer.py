@@ -11,6 +11,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from retrieval.analysis.answers import asked_kind
+from retrieval.analysis.facts import fact_key
 from retrieval.analysis.speaker import ASSISTANT, asked_speaker
 from retrieval.analysis.tense import asks_about_now, plans_ahead, relations_in
 from retrieval.analysis.time.calendar_ja import national_holidays
@@ -128,6 +129,7 @@ class QueryAnalyzer:
             ]
         )
         speaker = asked_speaker(body)
+        fact = fact_key(body, asked=True)
         importance = 0.5 + 0.1 * min(len(entities), 2) + (0.1 if window else 0.0)
         if any(w in text for w in self.dictionary.importance):
             importance += 0.2
@@ -146,8 +148,12 @@ class QueryAnalyzer:
             focus_term=focus.term if focus else None,
             names=tuple(query_names(toks)),
             # What the assistant said is a past conversation's, not the latest fact.
-            present=speaker != ASSISTANT and asks_about_now(body, toks, past_window=_past(window)),
+            present=speaker != ASSISTANT
+            and asks_about_now(
+                body, toks, past_window=_past(window), about_a_fact=fact is not None
+            ),
             relations=tuple(sorted(relations_in(body))),
+            fact=fact,
             asks=asked_kind(body, toks, focus.term if focus else None),
             speaker=speaker,
         )

@@ -10,6 +10,9 @@ times (retrieval.rank.latest); a question about the past (where did I live in 20
   or the household: we, our) asked with is / are / do (Who is my dentist?, Which provider do
   we use?). In Japanese a marker is needed: the non-past
   progressive is as often a clause's (進めている案件の予算) as the question's;
+- or, in either language, a question for an attribute that changes over time
+  (retrieval.analysis.facts: where one lives, one's car, doctor, electricity supplier) with
+  nothing past in it (no past verb, no 前 / 以前 / 昔): 住まいはどこ？, Who teaches me piano?;
 - and never with a named window that is over (2023年, last month), nor in a question about what
   would have been (would … if), nor in one that adds up (the total, altogether, 合計, 全部で):
   a sum is made of every memory that holds a part, not of the newest.
@@ -61,6 +64,9 @@ _JA_SUM = re.compile(r"合計|合わせて|全部で|総額|累計")
 _JA_NOW = frozenset(
     "今 いま 現在 最近 近頃 このごろ この頃 普段 ふだん いつも 今も まだ 現状 目下".split()  # noqa: SIM905
 )
+
+# Words for before, in a question without a past verb (前の職場は？, 以前の住所).
+_JA_BEFORE = frozenset("前 以前 昔 当時 元 もと かつて".split())  # noqa: SIM905
 
 # Relations a fact can belong to, each with its words in Japanese (a pattern matched inside the
 # text, with lookarounds where it hides in other words: 大丈夫, 弟子) and in English (whole
@@ -139,9 +145,18 @@ def _japanese_present(toks: list[Token]) -> bool:
     return any(t.surface in _JA_NOW or t.norm in _JA_NOW for t in toks)
 
 
-def asks_about_now(text: str, toks: list[Token], *, past_window: bool) -> bool:
+def _japanese_past(toks: list[Token]) -> bool:
+    """A verb in the past (た: 住んでいた, だった) or a word for before (前, 以前, 昔, 当時)."""
+    return any(t.norm == "た" or t.surface in _JA_BEFORE for t in toks)
+
+
+def asks_about_now(
+    text: str, toks: list[Token], *, past_window: bool, about_a_fact: bool = False
+) -> bool:
     """Whether a question asks about the present (see the module's doc); `past_window`: the
-    question names a window that is over (2023年, last month)."""
+    question names a window that is over (2023年, last month); `about_a_fact`: it asks for an
+    attribute of someone's that can change (retrieval.analysis.facts: 住まいはどこ？, Who
+    teaches me piano?), which, said with nothing past, is asked of now."""
     if past_window or _JA_SUM.search(text) or _EN_SUM.search(text):
         return False
     if text.isascii():
@@ -151,5 +166,7 @@ def asks_about_now(text: str, toks: list[Token], *, past_window: bool) -> bool:
             return True
         if _EN_PAST.search(text):
             return False
-        return bool(_EN_PRESENT_ASK.search(text) and _EN_ME.search(text))
-    return _japanese_present(toks)
+        if _EN_PRESENT_ASK.search(text) and _EN_ME.search(text):
+            return True
+        return about_a_fact and not _EN_ED.search(text)
+    return _japanese_present(toks) or (about_a_fact and not _japanese_past(toks))

@@ -8,11 +8,14 @@ city, not mine), their vectors are close (cosine >= CHAIN_COS), and they share w
 content word that few of the candidates hold (Osaka, 美容院, アレグラ), or the relation itself
 when the question names one (兄); without a shared word, only very close ones that are both
 among the question's nearest (a docomo contract and a switch to ahamo). Vectors alone do not
-tell it: on multilingual-e5 a phone contract and a visit to a chiropractor sit at 0.92. From each of the best results (a
-seed, itself about the question's relations) the memories that state the same thing form a
-chain, whose scores are handed out again newest first (the newest takes the chain's best),
-each member saying so in its reason (a chain longer than MAX_CHAIN is a topic, not a fact,
-and is left alone). A question about the past is left alone.
+tell it: on multilingual-e5 a phone contract and a visit to a chiropractor sit at 0.92. The
+attribute a memory states (retrieval.analysis.facts: residence, car, doctor, …) decides where
+it is read: two memories stating two attributes are never one fact, and two stating the one
+the question asks for are one at cosine >= FACT_COS, across languages, without a shared word.
+From each of the best results (a seed, itself about the question's relations) the memories
+that state the same thing form a chain, whose scores are handed out again newest first (the
+newest takes the chain's best), each member saying so in its reason (a chain longer than
+MAX_CHAIN is a topic, not a fact, and is left alone). A question about the past is left alone.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from retrieval.analysis.facts import fact_key, one_at_a_time
 from retrieval.analysis.tense import relations_in
 from retrieval.cache import ByteLRU
 from retrieval.embedding.base import normalise
@@ -41,6 +45,11 @@ CHAIN_COS = 0.85
 # (a phone contract with docomo and a switch to ahamo: 0.90, no word in common).
 CLOSE_COS = 0.9
 NEAREST = 10
+# Two memories stating the attribute the question asks for (retrieval.analysis.facts) are one
+# fact at this cosine or closer: across Japanese and English such pairs sit at 0.81-0.85, and a
+# store's unrelated memories at 0.80 on average; the attribute's words decide, the vectors only
+# keep a misread word from joining two things that have nothing in common.
+FACT_COS = 0.78
 # A shared content word says "the same thing" when at most this many candidates hold it.
 RARE_DF = 3
 # A fact restated over time is a handful of memories; more than this many "stating the same
@@ -52,8 +61,11 @@ MAX_CHAIN = 4
 SEEDS = 3
 
 
-def latest_first(scored: list[Scored], relations: Sequence[str]) -> list[Scored]:
-    """`scored` (best first) with each chain in time order, newest first (see the module)."""
+def latest_first(
+    scored: list[Scored], relations: Sequence[str], fact: str | None = None
+) -> list[Scored]:
+    """`scored` (best first) with each chain in time order, newest first (see the module);
+    `fact`: the attribute the question asks for (retrieval.analysis.facts), if it names one."""
     if len(scored) < 2:
         return scored
     about = frozenset(relations)
@@ -62,20 +74,38 @@ def latest_first(scored: list[Scored], relations: Sequence[str]) -> list[Scored]
     # Read lazily, cheapest first: whose fact a memory states only where its vector is close
     # enough, the rare words only where no relation decides (long turns make both costly).
     whose = functools.cache(lambda i: _relations_of(owners[i], contents[i]) == about)
+    states = functools.cache(lambda i: _fact_of(owners[i], contents[i]))
     words: list[frozenset[str]] = []
     vecs = normalise(np.stack([np.asarray(r.candidate.embedding) for _, r, _, _ in scored]))
     near = _nearest_to_the_question(scored)
     taken: set[int] = set()
     out = list(scored)
-    for seed in list(itertools.islice((i for i in range(len(scored)) if whose(i)), SEEDS)):
+    seeds = list(itertools.islice((i for i in range(len(scored)) if whose(i)), SEEDS))
+    # The attribute asked for joins memories by itself if a person has one of it at a time.
+    joins = fact if fact is not None and one_at_a_time(fact) else None
+    if joins is not None:
+        # ... and the best that states it (its key names whose it is) is a seed too.
+        first = next((i for i in range(len(scored)) if states(i) == joins), None)
+        if first is not None:
+            seeds.append(first)
+    least = FACT_COS if joins is not None else CHAIN_COS
+    for seed in seeds:
         if seed in taken:
             continue
         close = vecs @ vecs[seed]
         chain = []
         for i in range(len(scored)):
-            if i in taken or not close[i] >= CHAIN_COS or not whose(i):
+            if i in taken or not close[i] >= least or not whose(i):
                 continue
-            if i == seed or about or (close[i] >= CLOSE_COS and i in near and seed in near):
+            if i == seed or (joins is not None and states(seed) == joins == states(i)):
+                chain.append(i)  # the seed, or the attribute asked for: one fact
+                continue
+            if not close[i] >= CHAIN_COS:
+                continue
+            mine, its = states(i), states(seed)
+            if mine is not None and its is not None and mine != its:
+                continue  # two attributes, or two people's: two facts
+            if about or (mine == its and close[i] >= CLOSE_COS and i in near and seed in near):
                 chain.append(i)
                 continue
             if not words:
@@ -135,6 +165,14 @@ _READ: ByteLRU[frozenset[str]] = ByteLRU(
 
 def _relations_of(owner: int, text: str) -> frozenset[str]:
     return _READ.get_or_compute(("relations", owner, text), lambda: relations_in(text))
+
+
+def _fact_of(owner: int, text: str) -> str | None:
+    """The attribute and person a memory states (retrieval.analysis.facts), or None."""
+    got = _READ.get_or_compute(
+        ("fact", owner, text), lambda: frozenset(k for k in [fact_key(text)] if k)
+    )
+    return next(iter(got), None)
 
 
 def _content_words(owners: list[int], texts: list[str]) -> list[frozenset[str]]:

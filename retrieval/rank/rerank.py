@@ -233,7 +233,7 @@ def rerank(
     conversation's (`seed_ids`: what their hops reach counts even where it matches nothing)."""
     limit, query, speaker = options.limit, intent.query, intent.speaker
     diversify_by, per_bucket = options.diversify_by, options.per_bucket
-    named_seeds, present, relations = options.seed_ids, intent.present, intent.relations
+    named_seeds = options.seed_ids
     names = tuple(n.text for n in intent.names)
     fused, expanded = expand(
         fuse_first_wave(per_source, preset), per_source, preset, frozenset(named_seeds)
@@ -258,7 +258,7 @@ def rerank(
     texts, cleaned = lex_inputs(cands, spans, expanded.chain_text)
     lex = lex_signal(query, texts, cleaned, preset, held, names)
     scored = [_score(f, per_source, preset, now, placed(f.candidate), lex) for f in top]
-    scored = _whose(_about_the_people(scored, named, per_source), present, relations, speaker)
+    scored = _whose(_about_the_people(scored, named, per_source), intent, speaker)
     meta = {r.candidate.id: (near, rec) for _, r, rec, near in scored}
     # The threshold applies to everything but memories inside a window the query named and
     # memories a source the caller added found (the newest, the states): those were asked for.
@@ -293,14 +293,14 @@ def _highlighted(
     return [replace(r, highlight=made[r.candidate.id][0].bounds) for r in results]
 
 
-def _whose(
-    scored: list[Scored], present: bool, relations: tuple[str, ...], speaker: str | None
-) -> list[Scored]:
+def _whose(scored: list[Scored], intent: QueryIntent, speaker: str | None) -> list[Scored]:
     """In score order (window first): a question about now's newest fact first
     (rank.latest), then the side of the chat asked for (_by_the_speaker: a newer thank-you of
     the user's that restates the assistant's number does not take the number's place)."""
     scored = window_first(scored)
-    return _by_the_speaker(latest_first(scored, relations) if present else scored, speaker)
+    if intent.present:
+        scored = latest_first(scored, intent.relations, intent.fact)
+    return _by_the_speaker(scored, speaker)
 
 
 def _set_aside(

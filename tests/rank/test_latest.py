@@ -1,6 +1,8 @@
 """The latest fact first for a question about now (pure: candidates with literal vectors)."""
 
+import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 
@@ -58,6 +60,35 @@ def test_memories_without_a_shared_word_or_far_apart_form_no_chain():
         _scored(2, "Made plans with the team for the party.", 0.4, 2026, [0.8, 0.2, 0.5]),
         _scored(3, "Okabe clinic opens on Sundays too.", 0.2, 2025, OTHER),
     ]
+    assert [r.candidate.id for _, r, _, _ in latest_first(scored, ())] == [1, 2, 3]
+
+
+def test_two_attributes_never_form_a_chain_however_close_their_vectors():
+    """A store of six memories had a desk bought in 2026 put above the move it sat at cosine
+    0.906 to (no shared word: the close-vector route); a car and its insurance sit at 0.92."""
+    near = [0.95, 0.31, 0.0]
+    scored = [
+        _scored(1, "Moved to Osaka for the new job.", 0.5, 2023, MOVE),
+        _scored(2, "Bought a standing desk for the home office.", 0.4, 2026, near),
+        _scored(3, "車をトヨタのアクアに買い替えた。", 0.3, 2025, OTHER),
+        _scored(4, "自動車保険をソニー損保に切り替えた。", 0.2, 2026, OTHER),
+    ]
+    for _, r, _, _ in scored:
+        r.signals["vector"] = r.score
+    for asked in (None, "residence", "car"):
+        assert [r.candidate.id for _, r, _, _ in latest_first(scored, (), asked)] == [1, 2, 3, 4]
+
+
+def test_the_attribute_asked_for_joins_a_restatement_in_the_other_language():
+    scored = [
+        _scored(1, "札幌に引っ越した。冬は雪かきが大変そう。", 0.5, 2022, MOVE),
+        _scored(2, "Moved to Fukuoka last month.", 0.3, 2025, [0.69, 0.72, 0.0]),  # cos 0.82
+        _scored(3, "友達の美咲が大阪に引っ越した。", 0.25, 2026, MOVE),
+    ]
+    got = latest_first(scored, (), "residence")
+    # Fukuoka takes Sapporo's score; the friend's move is the friend's fact
+    assert [(r.candidate.id, r.score) for _, r, _, _ in got] == [(2, 0.5), (1, 0.3), (3, 0.25)]
+    # without the attribute asked, the two are too far apart to be one fact
     assert [r.candidate.id for _, r, _, _ in latest_first(scored, ())] == [1, 2, 3]
 
 
@@ -123,3 +154,42 @@ async def test_a_question_for_the_household_about_now_gets_the_newest_fact(rt, n
     )
     assert not past.metadata.query_intent.present
     assert all(r.superseded_by is None for r in past.results)
+
+
+CASES = json.loads((Path(__file__).parents[1] / "data" / "latest_cases.json").read_text("utf-8"))
+
+
+async def _asked(rt, ns, q):
+    now = datetime.fromisoformat(CASES["now"])
+    return await rt.orchestrator.retrieve(q, RetrievalOptions(namespace=ns, limit=10, now=now))
+
+
+async def test_a_changed_fact_is_newest_first_without_a_word_for_now_and_across_languages(rt, ns):
+    """tests/data/latest_cases.json: twelve facts that changed, eight of them written first in
+    one language and then in the other, each asked in the present tense with no now / 今.
+    Before: 2 of 12 had the newest first (the questions were not read as about now, and a
+    Japanese fact was not joined to its English restatement)."""
+    items = [
+        {"id": i, "content": c, "created_at": f"{d}T12:00:00+09:00"}
+        for i, c, d in CASES["memories"]
+    ]
+    await rt.writer.write(parse_items(items), ns)
+    missed = []
+    for case in (c for c in CASES["questions"] if "newest" in c):
+        resp = await _asked(rt, ns, case["q"])
+        assert resp.metadata.query_intent.present, case["q"]
+        ids = [r.id for r in resp.results]
+        at = {x: ids.index(x) if x in ids else len(ids) for x in (case["newest"], *case["stale"])}
+        if not (at[case["newest"]] < 3 and all(at[s] > at[case["newest"]] for s in case["stale"])):
+            missed.append((case["q"], ids[:5]))
+            continue
+        by_id = {r.id: r for r in resp.results}
+        for s in case["stale"]:
+            if s in by_id:
+                assert by_id[s].superseded_by is not None, (case["q"], s)
+    assert not missed, missed
+    # the past is asked of the past: nothing is put newest first, nothing marked superseded
+    for case in (c for c in CASES["questions"] if "past" in c):
+        resp = await _asked(rt, ns, case["q"])
+        assert not resp.metadata.query_intent.present, case["q"]
+        assert all(r.superseded_by is None for r in resp.results), case["q"]
