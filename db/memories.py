@@ -24,10 +24,18 @@ from db.session import session
 
 logger = logging.getLogger(__name__)
 
-# A memory as the API shows it (m: memories), with the links it made.
+# A memory as the API shows it (m: memories), with the links it made, the attribute it states
+# (null: none, or not read yet) and the newest live memory of its namespace that states the same
+# one later (superseded_by; over idx_memories_fact).
 MEMORY_COLUMNS = """
 m.external_id, m.namespace, m.content, m.title, m.memory_type, m.source_type, m.metadata,
 m.created_at, m.ingested_at, m.expires_at, m.is_archived, m.searchable, m.thread,
+nullif(m.fact, '') AS fact,
+CASE WHEN coalesce(m.fact, '') <> '' THEN (
+  SELECT n.external_id FROM memories n
+  WHERE n.namespace = m.namespace AND n.fact = m.fact AND n.created_at > m.created_at
+    AND NOT n.is_archived
+  ORDER BY n.created_at DESC, n.id DESC LIMIT 1) END AS superseded_by,
 coalesce((SELECT jsonb_agg(jsonb_build_object('to', l.to_external, 'label', l.label)
                            ORDER BY l.to_external, l.label)
           FROM memory_links l
@@ -64,7 +72,7 @@ RETURNING 1"""
 # Returns the stored text, tokens, vector and entities of the given external ids (to skip
 # re-embedding unchanged text; read outside the write transaction, it decides only what to embed).
 GET_EXISTING = """
-SELECT external_id, title, content, search_tokens, embedding,
+SELECT external_id, title, content, search_tokens, embedding, fact,
        ARRAY(SELECT e.entity FROM memory_entities e WHERE e.memory_id = memories.id) AS entities,
        ARRAY(SELECT e.weight FROM memory_entities e WHERE e.memory_id = memories.id)
            AS entity_weights
@@ -110,6 +118,7 @@ COLUMNS = (
     "created_at",
     "expires_at",
     "thread",
+    "fact",
 )
 _TYPES = (
     "text",
@@ -124,9 +133,10 @@ _TYPES = (
     "timestamptz",
     "timestamptz",
     "text",
+    "text",
 )
 
-# Rows given as arrays ($2..$13), one array per column.
+# Rows given as arrays ($2..$14), one array per column.
 ARRAY_SOURCE = (
     "unnest("
     + ", ".join(f"${i + 2}::{t}[]" for i, t in enumerate(_TYPES))
@@ -144,10 +154,10 @@ def upsert_sql(source: str, *, given_created_at: bool) -> str:
     return f"""
 INSERT INTO memories (external_id, namespace, content, title, memory_type, source_type, metadata,
                       embedding, search_tokens, token_count, created_at, expires_at, thread,
-                      term_tf)
+                      fact, term_tf)
 SELECT u.external_id, $1, u.content, u.title, u.memory_type, u.source_type, u.metadata,
        u.embedding, u.search_tokens, u.token_count, coalesce(u.created_at, now()), u.expires_at,
-       u.thread,
+       u.thread, u.fact,
        (SELECT coalesce(jsonb_object_agg(lexeme, array_length(positions, 1)), '{{}}'::jsonb)
         FROM unnest(to_tsvector('simple', u.search_tokens)))
 FROM {source}
@@ -157,7 +167,8 @@ ON CONFLICT (namespace, external_id) DO UPDATE SET
     source_type = EXCLUDED.source_type, metadata = EXCLUDED.metadata,
     embedding = EXCLUDED.embedding, search_tokens = EXCLUDED.search_tokens,
     token_count = EXCLUDED.token_count, term_tf = EXCLUDED.term_tf, created_at = {created},
-    expires_at = EXCLUDED.expires_at, thread = EXCLUDED.thread, is_archived = false,
+    expires_at = EXCLUDED.expires_at, thread = EXCLUDED.thread, fact = EXCLUDED.fact,
+    is_archived = false,
     ingested_at = now()
 RETURNING id, external_id, (xmax = 0) AS inserted"""
 
@@ -212,6 +223,8 @@ class MemoryRow:
     created_at: datetime | None = None
     expires_at: datetime | None = None
     thread: str | None = None
+    # The changing attribute it states and whose ("residence", "car:mother"); "" for none.
+    fact: str = ""
     entities: Sequence[tuple[str, float]] = ()  # (normalised name, weight)
     links: Sequence[tuple[str, str]] = ()  # (to external id, label)
     # A long memory's passages (start, end, vector) in order; () none; None: leave the stored
@@ -233,6 +246,7 @@ class MemoryRow:
             self.created_at,
             self.expires_at,
             self.thread,
+            self.fact,
         )
 
 

@@ -25,14 +25,16 @@ SELECT namespace FROM namespace_stats WHERE namespace >= $1 AND doc_count > 0 OR
 # Returns the next $3 memories of namespace $1 after id $2, in id order, with their text.
 NEXT_BATCH = """
 SELECT id, title, content FROM memories WHERE namespace = $1 AND id > $2 ORDER BY id LIMIT $3"""
-# Replaces the terms of memories ($1 ids, $2 terms joined by spaces, $3 term counts); postings
-# and the BM25 statistics follow by trigger, as for any write.
+# Replaces the terms of memories ($1 ids, $2 terms joined by spaces, $3 term counts) and the
+# attribute each states ($4); postings and the BM25 statistics follow by trigger, as for any
+# write.
 REPLACE_TERMS = """
-UPDATE memories m SET search_tokens = u.tokens, token_count = u.n,
+UPDATE memories m SET search_tokens = u.tokens, token_count = u.n, fact = u.fact,
   term_tf = (SELECT coalesce(jsonb_object_agg(lexeme, array_length(positions, 1)), '{}'::jsonb)
              FROM unnest(to_tsvector('simple', u.tokens)))
-FROM unnest($1::bigint[], $2::text[], $3::int[]) AS u(id, tokens, n)
-WHERE m.id = u.id AND m.search_tokens IS DISTINCT FROM u.tokens"""
+FROM unnest($1::bigint[], $2::text[], $3::int[], $4::text[]) AS u(id, tokens, n, fact)
+WHERE m.id = u.id
+  AND (m.search_tokens IS DISTINCT FROM u.tokens OR m.fact IS DISTINCT FROM u.fact)"""
 
 
 async def stored_version(conn: asyncpg.Connection, current: str) -> str | None:
@@ -56,13 +58,17 @@ async def replace_terms(
     ids: Sequence[int],
     terms: Sequence[Sequence[str]],
     counts: Sequence[int],
+    facts: Sequence[str],
 ) -> None:
-    """Write a batch's new terms (and each memory's length for BM25, `counts`) and the progress
+    """Write a batch's new terms (and each memory's length for BM25, `counts`, and the
+    attribute it states, `facts`) and the progress
     past it in one transaction, under the namespace's writer lock (the statistics triggers take
     term rows as every writer does)."""
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(LOCK_NAMESPACE, namespace)
-        await conn.execute(REPLACE_TERMS, list(ids), [" ".join(t) for t in terms], list(counts))
+        await conn.execute(
+            REPLACE_TERMS, list(ids), [" ".join(t) for t in terms], list(counts), list(facts)
+        )
         await meta.record_progress(conn, PROGRESS_KEY, namespace, max(ids))
 
 

@@ -336,6 +336,9 @@ class Candidate:
     passages: tuple[tuple[int, int, float], ...] = ()
     # The question's people it names, in any script (the names leg: retrieval.text.name_keys).
     names: tuple[str, ...] = ()
+    # The changing attribute it states, read when it was written (retrieval.analysis.facts;
+    # "" for none), or None for a memory written before attributes were read.
+    fact: str | None = None
 
 
 # Hop.kind of a reply to a seed that asks a question: the reply answers it.

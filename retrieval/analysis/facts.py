@@ -101,11 +101,16 @@ FRAMES: dict[str, tuple[str, str]] = {
     ),
     "residence": (
         r"住ん|住まい|住所|引っ越|引越|転居|移住|転勤",
-        "live|lives|lived|living in|living at|living near|moved to|moved into|moving to|"
+        "live in|lives in|lived in|live at|lives at|live near|lives near|live with|lives with|"
+        "living in|living at|living near|moved to|moved into|moving to|"
         "moving into|move to|move into|relocate|relocated|relocating|relocation|my address|"
         "reside|resides|resided|new apartment|new flat|new house|new place",
     ),
 }
+# Words that name an attribute only in a question: "Where do I live?" asks for a home, "live
+# music" states none.
+_ASKED_WORDS = {"residence": frozenset({"live", "lives", "lived"})}
+
 # Attributes one often has several of at once (medicines, instruments, schools of the
 # children): a memory of one does not restate another, so they keep two facts apart but never
 # join two memories by themselves.
@@ -132,7 +137,7 @@ _JA_PERSON = re.compile(
 )
 
 
-def attribute_of(text: str) -> str | None:
+def attribute_of(text: str, *, asked: bool = False) -> str | None:
     """The first attribute of FRAMES the text names, or None. English is read as its words
     (one pass; the phrases are looked for in the words joined by single spaces): a
     2,000-character turn in ~0.1 ms instead of ~1 ms for a regular expression per frame."""
@@ -142,6 +147,8 @@ def attribute_of(text: str) -> str | None:
     japanese = not text.isascii()
     for name, ja in _JA_FRAMES:
         if not have.isdisjoint(_EN_WORDS[name]) or any(p in joined for p in _EN_PHRASES[name]):
+            return name
+        if asked and not have.isdisjoint(_ASKED_WORDS.get(name, ())):
             return name
         if japanese and ja.search(text):
             return name
@@ -153,7 +160,7 @@ def fact_key(text: str, *, asked: bool = False) -> str | None:
     no attribute, or (not `asked`) it is a question rather than a statement."""
     if not asked and _QUESTION_END.search(text):
         return None
-    attribute = attribute_of(text)
+    attribute = attribute_of(text, asked=asked)
     if attribute is None:
         return None
     whose = set(relations_in(text))

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from retrieval.analysis.facts import one_at_a_time
 from retrieval.models import (
     Fusion,
     Preset,
@@ -202,4 +203,16 @@ def plan(
             reasons.append("recency decay off for a past window")
     if not intent.keywords and Source.KEYWORD in preset.sources and len(preset.sources) > 1:
         reasons.append("no keywords: keyword leg has nothing to match")
+    if statement_asked(intent) is not None and not force:
+        # The newest statements of the attribute asked for, found or not by similarity: a
+        # move written in another language than the question may not be among the nearest.
+        preset = with_sources(preset, (Source.STATES,))
+        reasons.append(f"the newest statements of {intent.fact}")
     return Plan(preset=preset, limit=limit, time_range=window, reasons=tuple(reasons))
+
+
+def statement_asked(intent: QueryIntent) -> str | None:
+    """The attribute a question about now asks for, when a newer statement of it replaces the
+    older (retrieval.analysis.facts.one_at_a_time), else None."""
+    fact = intent.fact
+    return fact if intent.present and fact is not None and one_at_a_time(fact) else None

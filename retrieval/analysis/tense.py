@@ -10,7 +10,8 @@ times (retrieval.rank.latest); a question about the past (where did I live in 20
   or the household: we, our) asked with is / are / do (Who is my dentist?, Which provider do
   we use?). In Japanese a marker is needed: the non-past
   progressive is as often a clause's (進めている案件の予算) as the question's;
-- or, in either language, a question for an attribute that changes over time
+- or, in either language, a question (a question mark or a question word: not a search
+  phrase such as ジムで筋トレ) for an attribute that changes over time
   (retrieval.analysis.facts: where one lives, one's car, doctor, electricity supplier) with
   nothing past in it (no past verb, no 前 / 以前 / 昔): 住まいはどこ？, Who teaches me piano?;
 - and never with a named window that is over (2023年, last month), nor in a question about what
@@ -63,6 +64,14 @@ _JA_SUM = re.compile(r"合計|合わせて|全部で|総額|累計")
 # 今 alone (今年, 今週, 今日 are words of their own to Sudachi), いま, 現在, 最近 …
 _JA_NOW = frozenset(
     "今 いま 現在 最近 近頃 このごろ この頃 普段 ふだん いつも 今も まだ 現状 目下".split()  # noqa: SIM905
+)
+
+# A question, not a search phrase (ジムで筋トレ names the gym and asks nothing): a question mark,
+# or a question word.
+_ASKS = re.compile(
+    r"[?？]|どこ|どれ|どの|何|なに|なん|誰|だれ|いつ|どう|どんな|"
+    r"\b(?:who|what|which|where|when|how|whose)\b",
+    re.IGNORECASE,
 )
 
 # Words for before, in a question without a past verb (前の職場は？, 以前の住所).
@@ -168,5 +177,7 @@ def asks_about_now(
             return False
         if _EN_PRESENT_ASK.search(text) and _EN_ME.search(text):
             return True
-        return about_a_fact and not _EN_ED.search(text)
-    return _japanese_present(toks) or (about_a_fact and not _japanese_past(toks))
+        return about_a_fact and _ASKS.search(text) is not None and not _EN_ED.search(text)
+    if _japanese_present(toks):
+        return True
+    return about_a_fact and _ASKS.search(text) is not None and not _japanese_past(toks)

@@ -30,6 +30,7 @@ import psutil
 from db import bulk
 from db.harness import GET_HARNESS_KEY, PUT_HARNESS_KEY
 from db.memories import MemoryRow
+from retrieval.analysis.facts import fact_key
 from retrieval.models import RetrievalOptions
 from retrieval.settings import Settings
 
@@ -206,6 +207,7 @@ async def load(rt: Any, n: int, seed: int = 7) -> tuple[bool, float]:
                             search_tokens=" ".join(terms),
                             token_count=len(terms),
                             created_at=created,
+                            fact=fact_key(f"{frags[a]}。{frags[b]}") or "",
                         ),
                     )
                 )

@@ -1,17 +1,19 @@
 """What a write learns of a memory's text besides its vector: its index terms (Sudachi normal
-forms, English stems, and a script-neutral key per person's name) and the names it mentions,
-off the event loop."""
+forms, English stems, and a script-neutral key per person's name), the names it mentions and
+the changing attribute it states (retrieval.analysis.facts), off the event loop."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from retrieval.analysis.facts import fact_key
 from retrieval.text.name_keys import is_name_key, name_keys
 from retrieval.text.nlp import JapaneseNLP, Token, memory_entities, terms_from_tokens
 
-# Terms and entities of one text: what tokenising a memory yields.
-Indexed = tuple[list[str], list[tuple[str, float]]]
+# Terms, entities and the attribute stated ("" for none) of one text: what reading a memory
+# yields.
+Indexed = tuple[list[str], list[tuple[str, float]], str]
 # Analyses a batch of texts (True where the item's entities are to be extracted).
 Indexer = Callable[[list[str], list[bool]], Awaitable[list[Indexed]]]
 
@@ -28,11 +30,13 @@ def word_count(terms: list[str]) -> int:
 
 
 def index_texts(nlp: JapaneseNLP, texts: list[str], want_entities: list[bool]) -> list[Indexed]:
-    """Index terms and (where wanted) entities of each text: the CPU-bound part of a write."""
+    """Index terms, (where wanted) entities and the attribute stated of each text: the
+    CPU-bound part of a write."""
     out: list[Indexed] = []
     for text, want in zip(texts, want_entities, strict=True):
         toks = nlp.tokens(text)
-        out.append((index_terms(toks), memory_entities(text, toks) if want else []))
+        found = memory_entities(text, toks) if want else []
+        out.append((index_terms(toks), found, fact_key(text) or ""))
     return out
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from db import memories
 from db.memories import MemoryRow, StoredTurn
 from db.session import session
+from retrieval.analysis.facts import fact_key
 from retrieval.embedding.base import Embedder
 from retrieval.embedding.documents import embed_texts
 from retrieval.embedding.meter import EmbedMeter
@@ -173,13 +174,20 @@ async def prepare_rows(
     for i, it in enumerate(items):
         k = kept[i]
         if k is None:
-            terms, found = fresh[i]
+            terms, found, fact = fresh[i]
             vector = emb[i]
         else:
             terms = k["search_tokens"].split()
             found = list(zip(k["entities"], k["entity_weights"], strict=True))
             vector = k["embedding"]
-        rows.append(_row(ids[i], it, vector, terms, found, passages.get(i)))
+            # A row written before attributes were read has none stored (NULL): read it now.
+            stored = k["fact"]
+            fact = (
+                stored
+                if stored is not None
+                else fact_key(memory_text(k["title"], k["content"])) or ""
+            )
+        rows.append(_row(ids[i], it, vector, terms, found, fact, passages.get(i)))
     return rows, len(need)
 
 
@@ -255,6 +263,7 @@ def _row(
     embedding: Any,
     terms: list[str],
     found: list[tuple[str, float]],
+    fact: str,
     passages: list[tuple[int, int, Any]] | None,
 ) -> MemoryRow:
     """The stored row of an item; entities it names itself replace the extracted ones;
@@ -273,6 +282,7 @@ def _row(
         created_at=it.created_at,
         expires_at=it.expires_at,
         thread=it.thread,
+        fact=fact,
         entities=found if given is None else given,
         links=[(ln.to, str(ln.label)) for ln in it.links],
         passages=passages,

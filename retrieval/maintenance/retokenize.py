@@ -1,7 +1,8 @@
 """`retrieval retokenize`: make every memory's index terms again with this version's tokenizer
 (after an upgrade that changed them: English stemming in tokenizer 4, English phrases that
 Sudachi reads as one katakana word split into their words in 5, names keyed across scripts in
-6), resumably."""
+6), and read again the changing attribute each states (since 8: retrieval.analysis.facts),
+resumably."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Callable
 import asyncpg
 
 from db import pass_terms as db_terms
+from retrieval.analysis.facts import fact_key
 from retrieval.embedding.texts import memory_text
 from retrieval.ingest.index import index_terms, word_count
 from retrieval.maintenance.passes import batches
@@ -35,12 +37,14 @@ async def outdated(pool: asyncpg.Pool) -> str | None:
         "run `retrieval retokenize` (English words are stemmed since 4, English phrases read "
         "as one katakana word are words since 5, people's names are keyed across scripts "
         "since 6, and their sounds match only across scripts since 7; until then they match "
-        "less)"
+        "less; the attribute each memory states is stored since 8, and read from the text at "
+        "every question about now until then)"
     )
 
 
-def _terms(nlp: JapaneseNLP, texts: list[str]) -> list[list[str]]:
-    return [index_terms(nlp.tokens(t)) for t in texts]
+def _read(nlp: JapaneseNLP, texts: list[str]) -> tuple[list[list[str]], list[str]]:
+    """Each text's index terms and the attribute it states ("" for none)."""
+    return [index_terms(nlp.tokens(t)) for t in texts], [fact_key(t) or "" for t in texts]
 
 
 async def retokenize(
@@ -55,9 +59,9 @@ async def retokenize(
     done = 0
     async for ns, rows in batches(pool, db_terms.PROGRESS_KEY, _next_batch, batch=batch):
         texts = [memory_text(r["title"], r["content"]) for r in rows]
-        new = await asyncio.to_thread(_terms, nlp, texts)
+        new, facts = await asyncio.to_thread(_read, nlp, texts)
         counts = [word_count(t) for t in new]
-        await db_terms.replace_terms(pool, ns, [r["id"] for r in rows], new, counts)
+        await db_terms.replace_terms(pool, ns, [r["id"] for r in rows], new, counts, facts)
         done += len(rows)
         if log is not None:
             log(f"{ns}: {done} memories re-tokenized")

@@ -74,7 +74,8 @@ def latest_first(
     # Read lazily, cheapest first: whose fact a memory states only where its vector is close
     # enough, the rare words only where no relation decides (long turns make both costly).
     whose = functools.cache(lambda i: _relations_of(owners[i], contents[i]) == about)
-    states = functools.cache(lambda i: _fact_of(owners[i], contents[i]))
+    facts = [r.candidate.fact for _, r, _, _ in scored]
+    states = functools.cache(lambda i: _fact_of(owners[i], contents[i], facts[i]))
     words: list[frozenset[str]] = []
     vecs = normalise(np.stack([np.asarray(r.candidate.embedding) for _, r, _, _ in scored]))
     near = _nearest_to_the_question(scored)
@@ -167,8 +168,11 @@ def _relations_of(owner: int, text: str) -> frozenset[str]:
     return _READ.get_or_compute(("relations", owner, text), lambda: relations_in(text))
 
 
-def _fact_of(owner: int, text: str) -> str | None:
-    """The attribute and person a memory states (retrieval.analysis.facts), or None."""
+def _fact_of(owner: int, text: str, stored: str | None) -> str | None:
+    """The attribute and person a memory states (retrieval.analysis.facts), or None: as read
+    when it was written (`stored`), or read now for a memory written before that was done."""
+    if stored is not None:
+        return stored or None
     got = _READ.get_or_compute(
         ("fact", owner, text), lambda: frozenset(k for k in [fact_key(text)] if k)
     )

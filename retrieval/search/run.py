@@ -26,7 +26,7 @@ from retrieval.search.contents import Contents, columns
 # A long content travels by reference (retrieval.search.contents): Contents.of() completes the rows.
 COLS = (
     f"m.id, m.external_id, {columns('m')}, "
-    "m.title, m.memory_type, m.source_type, m.metadata, m.created_at, m.embedding"
+    "m.title, m.memory_type, m.source_type, m.metadata, m.created_at, m.embedding, m.fact"
 )
 
 # $1 namespace, $2 memory types (empty = any), $3 source types, $4/$5 window [start, end).
@@ -156,6 +156,7 @@ async def candidates(
                 embedding=_np(r["embedding"]),
                 score=float(r[score_key]),
                 source=source,
+                fact=r["fact"],
             ),
         )
         for r, text in zip(rows, texts, strict=True)

@@ -26,7 +26,8 @@ logger = logging.getLogger(__name__)
 # 5: English phrases Sudachi reads as one katakana word are their words (want to -> want).
 # 6: a memory's terms hold a script-neutral key per person's name (retrieval.text.name_keys).
 # 7: a name's consonant skeleton is keyed by the script it was heard from (Latin or kana).
-TOKENIZER_VERSION = "7"
+# 8: the changing attribute a memory states is stored with it (retrieval.analysis.facts).
+TOKENIZER_VERSION = "8"
 
 # Sudachi POS prefixes (token.tag_) whose words carry content.
 _CONTENT_POS = ("名詞", "動詞-一般", "形容詞-一般", "形状詞")

@@ -28,6 +28,8 @@ from retrieval.analysis.tense import asks_about_now
         # no attribute; a car wash is not a car; moving a team is not moving house
         ("日曜日に洗車した。", None),
         ("Greg pushed back on moving the team to the new office.", None),
+        ("Saw some live music at the club.", None),
+        ("My parents still live in Nagoya.", "residence:parents"),
         ("『三体』を読み終えた。", None),
         # a memory that asks states nothing
         ("Should I switch to a new phone?", None),
@@ -40,6 +42,7 @@ def test_the_attribute_and_whose_it_is(text, key):
 def test_a_question_has_the_key_of_what_it_asks():
     assert fact_key("Which city do I live in?", asked=True) == "residence"
     assert fact_key("兄は今どこに住んでる？", asked=True) == "residence:brother"
+    assert fact_key("Where do I live now?", asked=True) == "residence"
     assert fact_key("Which city do I live in?") is None  # as a memory: a question
 
 
@@ -62,8 +65,10 @@ def test_attributes_held_several_at_once_do_not_replace_each_other():
         ("札幌で住んでいた家は？", False),
         ("What car did I drive before the Aqua?", False),
         ("Which doctor treated me?", False),
-        # nor with no attribute named
+        # nor with no attribute named, nor in a search phrase that asks nothing
         ("駅前のラーメン屋の名前は？", False),
+        ("ジムで筋トレ", False),
+        ("my car insurance", False),
     ],
 )
 def test_a_question_for_a_changing_attribute_is_about_now(nlp, question, now):

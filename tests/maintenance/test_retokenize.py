@@ -14,6 +14,7 @@ TEXTS = [
     "Melanie painted a sunrise over the lake last year.",
     "Caroline is running a support group for artists.",
     "Paintings of the harbour hang in the hall.",
+    "Moved to Kyoto this spring.",
 ]
 
 
@@ -31,11 +32,14 @@ async def _keyword_ids(rt, ns, q):
 
 
 async def _as_before_stemming(rt, ns):
-    """The terms tokenizer 3 wrote: English words lower-cased with a plural fold, no stems."""
+    """The terms tokenizer 3 wrote: English words lower-cased with a plural fold, no stems;
+    and no attribute read (before 8)."""
     async with rt.pool.acquire() as conn:
         for r in await conn.fetch("SELECT id, content FROM memories WHERE namespace = $1", ns):
             old = [w.strip(".").lower() for w in r["content"].split()]
-            await conn.execute(db_terms.REPLACE_TERMS, [r["id"]], [" ".join(old)], [len(old)])
+            await conn.execute(
+                db_terms.REPLACE_TERMS, [r["id"]], [" ".join(old)], [len(old)], [None]
+            )
         await conn.execute(db_terms.SET_VALUE, db_terms.VERSION_KEY, "3")
 
 
@@ -43,7 +47,9 @@ async def test_an_old_store_is_told_and_retokenized(rt, ns, caplog):
     await _put(rt, ns)
     assert await outdated(rt.pool) is None
     assert set(await _keyword_ids(rt, ns, "paint")) == {"m0", "m2"}
+    assert await _facts(rt, ns) == {"m0": "", "m1": "", "m2": "", "m3": "residence"}
     await _as_before_stemming(rt, ns)
+    assert set((await _facts(rt, ns)).values()) == {None}
     try:
         assert "m0" not in await _keyword_ids(rt, ns, "paint")  # 'painted' was its own term
         why = await outdated(rt.pool)
@@ -54,6 +60,13 @@ async def test_an_old_store_is_told_and_retokenized(rt, ns, caplog):
         await db_terms.finish(rt.pool, TOKENIZER_VERSION)
     assert set(await _keyword_ids(rt, ns, "paint")) == {"m0", "m2"}
     assert await outdated(rt.pool) is None
+    assert await _facts(rt, ns) == {"m0": "", "m1": "", "m2": "", "m3": "residence"}
+
+
+async def _facts(rt, ns):
+    async with rt.pool.acquire() as conn:
+        rows = await conn.fetch("SELECT external_id, fact FROM memories WHERE namespace = $1", ns)
+    return {r["external_id"]: r["fact"] for r in rows}
 
 
 async def test_a_stopped_run_resumes_past_what_it_did(rt, ns):

@@ -511,3 +511,61 @@ def test_seeds_are_scored_with_the_side_of_the_chat():
     asked = dict(choose_seeds({Source.KEYWORD: turns}, preset, (), "cookies", "user"))
     assert plain["m1"] == 1.0 > plain["m2"]
     assert asked["m2"] == 1.0 > asked["m1"]
+
+
+FRIDAY = [
+    {
+        "id": "dent1",
+        "content": "Dentist appointment on Friday at 10; the left molar again.",
+        "created_at": "2026-11-18T09:00:00+09:00",
+    },
+    {
+        "id": "dent2",
+        "content": "The dentist said the filling needs one more visit next month.",
+        "created_at": "2026-11-20T12:00:00+09:00",
+        "links": [{"to": "dent1", "label": "same_topic"}],
+    },
+    {
+        "id": "ramen",
+        "content": "Had miso ramen near the station on Friday night.",
+        "created_at": "2026-11-20T20:00:00+09:00",
+    },
+    {
+        "id": "ja-dent1",
+        "content": "金曜の10時に歯医者の予約。",
+        "created_at": "2026-11-18T09:00:00+09:00",
+    },
+    {
+        "id": "ja-dent2",
+        "content": "歯医者で詰め物をもう一度やり直すと言われた。",
+        "created_at": "2026-11-20T12:00:00+09:00",
+        "links": [{"to": "ja-dent1", "label": "same_topic"}],
+    },
+    {
+        "id": "ja-ramen",
+        "content": "金曜の夜、駅前で味噌ラーメンを食べた。",
+        "created_at": "2026-11-20T20:00:00+09:00",
+    },
+]
+
+
+@pytest.mark.parametrize(
+    ("question", "meal"),
+    [("What did I eat on Friday?", "ramen"), ("金曜日に何を食べた？", "ja-ramen")],
+)
+async def test_a_link_never_lifts_a_memory_that_does_not_match_above_one_that_does(
+    rt, ns, question, meal
+):
+    """#52: "what did I eat on Friday" put a dentist visit (0.772) above the ramen (0.700)
+    because it was linked to another dentist memory. A link is context: the meal stays first,
+    and the linked visit scores no higher than the meal with the hops or without them."""
+    await _put(rt, ns, FRIDAY)
+    for hops in (True, False):
+        resp = await _ask(rt, ns, question, expand=hops)
+        by_id = {r.id: r for r in resp.results}
+        assert resp.results[0].id == meal, [(r.id, r.score) for r in resp.results]
+        for linked in ("dent2", "ja-dent2"):
+            if linked in by_id:
+                assert by_id[linked].score < by_id[meal].score, (hops, linked)
+    with_links = await _ask(rt, ns, question)
+    assert "links" in with_links.metadata.search_breakdown  # the hop ran, and lifted nothing

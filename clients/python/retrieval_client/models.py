@@ -255,6 +255,16 @@ class MemoryOut(_Out):
     searchable: bool
     thread: str | None = None
     links: list[LinkOut] = Field(default_factory=list)
+    fact: str | None = Field(
+        default=None,
+        description="the changing attribute it states and whose (residence, car:mother), read "
+        "when it was written; null: none (or written before the service read them)",
+    )
+    superseded_by: str | None = Field(
+        default=None,
+        description="the newest memory of the namespace that states the same attribute later: "
+        "this one is out of date; null: none does",
+    )
 
 
 class MemoryPage(_Out):

@@ -11,6 +11,7 @@ from pydantic import AwareDatetime, BaseModel
 
 from db import memories
 from db.memories import Page
+from retrieval.analysis.facts import one_at_a_time
 from retrieval.api.deps import CallerDep, RuntimeDep
 from retrieval.api.items import MAX_ID_CHARS
 from retrieval.api.pages import make_cursor, read_cursor
@@ -116,7 +117,7 @@ async def get_memory(
     )
     if row is None:
         raise NotFound(f"no memory {memory_id!r} in namespace {namespace!r}")
-    return row
+    return _as_shown(row)
 
 
 @router.delete("/v1/memories/{memory_id}", response_model=ErasedOut, responses=NOT_FOUND)
@@ -194,7 +195,15 @@ async def list_memories(
     more = len(rows) > limit
     rows = rows[:limit]
     nxt = make_cursor(namespace, page, rows[-1]["id"]) if more else None
-    return {"memories": rows, "next_cursor": nxt}
+    return {"memories": [_as_shown(r) for r in rows], "next_cursor": nxt}
+
+
+def _as_shown(row: dict[str, Any]) -> dict[str, Any]:
+    """A stored memory as shown: a newer statement of an attribute people hold several of at
+    once (a medicine, an instrument) does not supersede it."""
+    if row["fact"] is not None and not one_at_a_time(row["fact"]):
+        return {**row, "superseded_by": None}
+    return row
 
 
 @router.post(
