@@ -105,6 +105,11 @@ def running_server(
         log.close()
 
 
+def at_noon(rows) -> list[dict[str, Any]]:
+    """Memories to write from (id, content, ISO day) rows, each made at noon (+09:00) that day."""
+    return [{"id": i, "content": c, "created_at": f"{d}T12:00:00+09:00"} for i, c, d in rows]
+
+
 def covers(tr, day: str) -> bool:
     """Whether a time range holds noon (+09:00) of an ISO day."""
     from datetime import datetime

@@ -4,6 +4,8 @@ what the list's order says; and the side of a chat a question asks for."""
 
 import pytest
 
+from tests.helpers import at_noon
+
 MEMORIES = [
     (
         "sato-budget",
@@ -48,9 +50,7 @@ async def test_what_people_ask(client, ns):
         "/v1/memories",
         json={
             "namespace": ns,
-            "memories": [
-                {"id": i, "content": c, "created_at": f"{d}T12:00:00+09:00"} for i, c, d in MEMORIES
-            ],
+            "memories": at_noon(MEMORIES),
         },
     )
     assert r.status_code == 200, r.text

@@ -1,6 +1,8 @@
 """A memory says, when read back, which attribute it states and which newer memory states it
 again (GET /v1/memories/{id}, GET /v1/memories), on the real database."""
 
+from tests.helpers import at_noon
+
 MEMORIES = [
     ("sapporo", "札幌に引っ越した。冬は雪かきが大変そう。", "2022-04-02"),
     ("fukuoka", "Moved to Fukuoka last month. The ramen near the new flat is great.", "2025-05-10"),
@@ -22,9 +24,7 @@ async def test_the_newer_statement_of_an_attribute_supersedes_the_older(client, 
         "/v1/memories",
         json={
             "namespace": ns,
-            "memories": [
-                {"id": i, "content": c, "created_at": f"{d}T12:00:00+09:00"} for i, c, d in MEMORIES
-            ],
+            "memories": at_noon(MEMORIES),
         },
     )
     assert r.status_code == 200, r.text

@@ -11,6 +11,7 @@ from retrieval.models import RetrievalOptions, ScoredResult
 from retrieval.rank import latest
 from retrieval.rank.latest import _rare_words, latest_first
 from tests.fakes import cand
+from tests.helpers import at_noon
 
 
 def _scored(i, content, score, year, vec):
@@ -169,10 +170,7 @@ async def test_a_changed_fact_is_newest_first_without_a_word_for_now_and_across_
     one language and then in the other, each asked in the present tense with no now / 今.
     Before: 2 of 12 had the newest first (the questions were not read as about now, and a
     Japanese fact was not joined to its English restatement)."""
-    items = [
-        {"id": i, "content": c, "created_at": f"{d}T12:00:00+09:00"}
-        for i, c, d in CASES["memories"]
-    ]
+    items = at_noon(CASES["memories"])
     await rt.writer.write(parse_items(items), ns)
     missed = []
     for case in (c for c in CASES["questions"] if "newest" in c):
