@@ -170,10 +170,15 @@ def fact_key(text: str, *, asked: bool = False) -> str | None:
     return attribute if not whose else f"{attribute}:{','.join(sorted(whose))}"
 
 
+def stored_fact(text: str) -> str:
+    """A memory's key as it is stored: fact_key(), "" when it states none."""
+    return fact_key(text) or ""
+
+
 def one_at_a_time(key: str) -> bool:
     """Whether the attribute of a key is one a person has one of at a time (a home, a
     doctor, a phone), so that a newer statement of it replaces the older."""
     return key.split(":", 1)[0] not in SEVERAL
 
 
-__all__ = ["FRAMES", "SEVERAL", "attribute_of", "fact_key", "one_at_a_time"]
+__all__ = ["FRAMES", "SEVERAL", "attribute_of", "fact_key", "one_at_a_time", "stored_fact"]

@@ -30,7 +30,7 @@ import psutil
 from db import bulk
 from db.harness import GET_HARNESS_KEY, PUT_HARNESS_KEY
 from db.memories import MemoryRow
-from retrieval.analysis.facts import fact_key
+from retrieval.analysis.facts import stored_fact
 from retrieval.models import RetrievalOptions
 from retrieval.settings import Settings
 
@@ -200,14 +200,14 @@ async def load(rt: Any, n: int, seed: int = 7) -> tuple[bool, float]:
                         i + 1,
                         MemoryRow(
                             external_id=f"b{i}",
-                            content=f"{frags[a]}。{frags[b]}",
+                            content=(content := f"{frags[a]}。{frags[b]}"),
                             memory_type="episodic",
                             source_type="bench",
                             embedding=(v / np.linalg.norm(v)).astype(np.float32),
                             search_tokens=" ".join(terms),
                             token_count=len(terms),
                             created_at=created,
-                            fact=fact_key(f"{frags[a]}。{frags[b]}") or "",
+                            fact=stored_fact(content),
                         ),
                     )
                 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from retrieval.analysis.facts import fact_key
+from retrieval.analysis.facts import stored_fact
 from retrieval.text.name_keys import is_name_key, name_keys
 from retrieval.text.nlp import JapaneseNLP, Token, memory_entities, terms_from_tokens
 
@@ -36,7 +36,7 @@ def index_texts(nlp: JapaneseNLP, texts: list[str], want_entities: list[bool]) -
     for text, want in zip(texts, want_entities, strict=True):
         toks = nlp.tokens(text)
         found = memory_entities(text, toks) if want else []
-        out.append((index_terms(toks), found, fact_key(text) or ""))
+        out.append((index_terms(toks), found, stored_fact(text)))
     return out
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from db import memories
 from db.memories import MemoryRow, StoredTurn
 from db.session import session
-from retrieval.analysis.facts import fact_key
+from retrieval.analysis.facts import stored_fact
 from retrieval.embedding.base import Embedder
 from retrieval.embedding.documents import embed_texts
 from retrieval.embedding.meter import EmbedMeter
@@ -177,18 +177,19 @@ async def prepare_rows(
             terms, found, fact = fresh[i]
             vector = emb[i]
         else:
-            terms = k["search_tokens"].split()
-            found = list(zip(k["entities"], k["entity_weights"], strict=True))
-            vector = k["embedding"]
-            # A row written before attributes were read has none stored (NULL): read it now.
-            stored = k["fact"]
-            fact = (
-                stored
-                if stored is not None
-                else fact_key(memory_text(k["title"], k["content"])) or ""
-            )
+            terms, found, fact, vector = _as_stored(k)
         rows.append(_row(ids[i], it, vector, terms, found, fact, passages.get(i)))
     return rows, len(need)
+
+
+def _as_stored(k: Any) -> tuple[list[str], list[tuple[str, float]], str, Any]:
+    """An unchanged memory's stored terms, entities, attribute and vector; a row written before
+    attributes were read has none stored (NULL), so it is read now."""
+    found = list(zip(k["entities"], k["entity_weights"], strict=True))
+    fact = (
+        k["fact"] if k["fact"] is not None else stored_fact(memory_text(k["title"], k["content"]))
+    )
+    return k["search_tokens"].split(), found, fact, k["embedding"]
 
 
 async def _both(a: Awaitable[A], b: Awaitable[B]) -> tuple[A, B]:

@@ -13,9 +13,8 @@ from collections.abc import Callable
 import asyncpg
 
 from db import pass_terms as db_terms
-from retrieval.analysis.facts import fact_key
 from retrieval.embedding.texts import memory_text
-from retrieval.ingest.index import index_terms, word_count
+from retrieval.ingest.index import index_texts, word_count
 from retrieval.maintenance.passes import batches
 from retrieval.text.nlp import TOKENIZER_VERSION, JapaneseNLP
 
@@ -42,11 +41,6 @@ async def outdated(pool: asyncpg.Pool) -> str | None:
     )
 
 
-def _read(nlp: JapaneseNLP, texts: list[str]) -> tuple[list[list[str]], list[str]]:
-    """Each text's index terms and the attribute it states ("" for none)."""
-    return [index_terms(nlp.tokens(t)) for t in texts], [fact_key(t) or "" for t in texts]
-
-
 async def retokenize(
     pool: asyncpg.Pool,
     nlp: JapaneseNLP,
@@ -59,7 +53,8 @@ async def retokenize(
     done = 0
     async for ns, rows in batches(pool, db_terms.PROGRESS_KEY, _next_batch, batch=batch):
         texts = [memory_text(r["title"], r["content"]) for r in rows]
-        new, facts = await asyncio.to_thread(_read, nlp, texts)
+        read = await asyncio.to_thread(index_texts, nlp, texts, [False] * len(texts))
+        new, facts = [terms for terms, _, _ in read], [fact for _, _, fact in read]
         counts = [word_count(t) for t in new]
         await db_terms.replace_terms(pool, ns, [r["id"] for r in rows], new, counts, facts)
         done += len(rows)

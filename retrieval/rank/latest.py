@@ -29,7 +29,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from retrieval.analysis.facts import fact_key, one_at_a_time
+from retrieval.analysis.facts import fact_key
 from retrieval.analysis.tense import relations_in
 from retrieval.cache import ByteLRU
 from retrieval.embedding.base import normalise
@@ -62,10 +62,11 @@ SEEDS = 3
 
 
 def latest_first(
-    scored: list[Scored], relations: Sequence[str], fact: str | None = None
+    scored: list[Scored], relations: Sequence[str], joins: str | None = None
 ) -> list[Scored]:
     """`scored` (best first) with each chain in time order, newest first (see the module);
-    `fact`: the attribute the question asks for (retrieval.analysis.facts), if it names one."""
+    `joins`: the attribute the question asks for when a newer statement of it replaces the
+    older (retrieval.analysis.strategy.statement_asked), which joins memories by itself."""
     if len(scored) < 2:
         return scored
     about = frozenset(relations)
@@ -82,8 +83,6 @@ def latest_first(
     taken: set[int] = set()
     out = list(scored)
     seeds = list(itertools.islice((i for i in range(len(scored)) if whose(i)), SEEDS))
-    # The attribute asked for joins memories by itself if a person has one of it at a time.
-    joins = fact if fact is not None and one_at_a_time(fact) else None
     if joins is not None:
         # ... and the best that states it (its key names whose it is) is a seed too.
         first = next((i for i in range(len(scored)) if states(i) == joins), None)

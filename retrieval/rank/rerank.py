@@ -11,6 +11,7 @@ from datetime import datetime
 
 import numpy as np
 
+from retrieval.analysis.strategy import statement_asked
 from retrieval.embedding.base import normalise
 from retrieval.models import (
     ADDABLE_SOURCES,
@@ -299,7 +300,7 @@ def _whose(scored: list[Scored], intent: QueryIntent, speaker: str | None) -> li
     the user's that restates the assistant's number does not take the number's place)."""
     scored = window_first(scored)
     if intent.present:
-        scored = latest_first(scored, intent.relations, intent.fact)
+        scored = latest_first(scored, intent.relations, statement_asked(intent))
     return _by_the_speaker(scored, speaker)
 
 

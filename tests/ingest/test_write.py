@@ -211,3 +211,18 @@ async def test_postings_follow_every_write(rt, ns):
             "SELECT count(*) FROM postings WHERE namespace = $1 AND term = 'ランニング'", ns
         )
     assert left == 0
+
+
+async def test_an_unchanged_memory_written_before_attributes_were_read_gets_its_attribute(rt, ns):
+    """A rewrite that keeps the stored terms and vector (the text did not change) reads the
+    attribute of a row that has none stored yet (written before tokenizer 8)."""
+    item = [{"id": "move", "content": "Moved to Fukuoka last month."}]
+    await rt.writer.write(parse_items(item), ns)
+    sql = "SELECT fact FROM memories WHERE namespace = $1 AND external_id = 'move'"
+    async with rt.pool.acquire() as conn:
+        assert await conn.fetchval(sql, ns) == "residence"
+        await conn.execute("UPDATE memories SET fact = NULL WHERE namespace = $1", ns)
+    report = await rt.writer.write(parse_items(item), ns)
+    assert report.reembedded == 0  # unchanged: nothing analysed or embedded again
+    async with rt.pool.acquire() as conn:
+        assert await conn.fetchval(sql, ns) == "residence"
