@@ -23,6 +23,36 @@ async def _init(conn: asyncpg.Connection) -> None:
     )
 
 
+class PooledConnection(asyncpg.Connection):
+    """A pooled connection that knows when the session it served left nothing behind.
+
+    The pool resets a connection given back to it (asyncpg's default: advisory locks,
+    cursors, LISTEN and session settings, one more round trip to the server). A read-only
+    transaction that ended in ROLLBACK leaves none of those: its SETs, cursors and LISTENs end
+    with it, and no read session takes a session advisory lock. db.session says so with
+    left_clean(), and the release skips the reset: a request's legs each saved a round trip
+    (10k bench: 28 a request before)."""
+
+    # Set by db.session after a read-only transaction ended in ROLLBACK; read once, at release.
+    _clean = False
+
+    def left_clean(self) -> None:
+        """The session ended with no state of its own left on the connection."""
+        self._clean = True
+
+    def take_clean(self) -> bool:
+        """Whether the last session said it left nothing, forgetting it."""
+        clean, self._clean = self._clean, False
+        return clean
+
+
+async def _reset(conn: PooledConnection) -> None:
+    """What the pool runs on a connection given back, after asyncpg's own step (which rolls
+    back a transaction left open): the default reset query, unless the session left nothing."""
+    if not conn.take_clean():
+        await conn.execute(conn.get_reset_query())
+
+
 # New connections one pool opens at a time. Past it, a caller waits for an attempt to end.
 CONNECTING_AT_ONCE = 2
 
@@ -100,6 +130,8 @@ async def create_pool(
         min_size=min_size,
         max_size=max_size,
         init=_init,
+        reset=_reset,
+        connection_class=PooledConnection,
         connect=Connector(connecting_at_once),
         command_timeout=60,
         timeout=connect_timeout_s,

@@ -89,6 +89,8 @@ async def session(
         if transaction != "none":
             await conn.execute(_END[transaction], timeout=left())
         ended = True
+        if transaction == "read" and hasattr(conn, "left_clean"):
+            conn.left_clean()  # rolled back: the pool need not reset it (db.pool)
     finally:
         if not ended:
             # The server ends the session (and rolls its transaction back) once the socket
