@@ -74,35 +74,25 @@ def main() -> None:
     )
     args = ap.parse_args()
     s = next(x for x in DEV_SETS if x.name == args.set)
-    ns = corpus_namespace(args.dir / s.corpus)
-    queries = read_queries(args.dir / s.queries)
+    asked = dev_requests(
+        s,
+        args.dir,
+        limit=args.limit,
+        expand=not args.no_expand,
+        context_window=args.context_window,
+        max_queries=args.max_queries,
+        every_namespace=args.every_namespace,
+    )
+    queries = [q for q, _ in asked]
     # Each question's own namespace: the answers scored are those asked there.
-    own = {q.id: q.namespace for q in queries}
-    if args.max_queries:
-        indexed = queries[: args.max_queries]
-        if args.every_namespace:
-            queries = [replace(q, namespace=x.namespace) for x in indexed for q in queries]
-        else:
-            queries = indexed
+    own = {q.id: q.namespace for q in read_queries(args.dir / s.queries)}
     with httpx.Client(base_url=args.url, timeout=30.0) as client:
         for n in range(args.repeat):
             client_ms: list[float] = []
             stages: dict[str, list[float]] = defaultdict(list)
             each: list[tuple[float, str, str, dict[str, float]]] = []
             ranked: dict[str, list[str]] = {}
-            for q in queries:
-                body = {
-                    "query": q.text,
-                    "namespace": sub_namespace(ns, q.namespace),
-                    "options": {
-                        "limit": args.limit,
-                        "expand": not args.no_expand,
-                        "context_window": args.context_window,
-                        **({"now": q.now.isoformat()} if q.now else {}),
-                        # The calendar the harness asks in (the zone of the question's date).
-                        **({"timezone": zone} if (zone := clock_zone(q.now)) else {}),
-                    },
-                }
+            for q, body in asked:
                 t = time.perf_counter()
                 r = client.post("/v1/retrieve", json=body)
                 client_ms.append((time.perf_counter() - t) * 1000.0)
@@ -130,6 +120,41 @@ def main() -> None:
                 print(
                     f"  {ms:6.1f} ms  {len(text):3d} chars  {strategy:13s} {parts}  {text[:60]!r}"
                 )
+
+
+def dev_requests(
+    s: DevSet,
+    root: Path,
+    *,
+    limit: int = 10,
+    expand: bool = True,
+    context_window: int = 1,
+    max_queries: int = 0,
+    every_namespace: bool = False,
+) -> list[tuple[EvalQuery, dict]]:
+    """A dev set's questions as `/v1/retrieve` bodies, each in the namespace `retrieval
+    eval-suite` indexed its memories into, with its date and the calendar the harness asks in;
+    the first `max_queries` only, or with `every_namespace` every question in each of their
+    namespaces."""
+    ns = corpus_namespace(root / s.corpus)
+    queries = read_queries(root / s.queries)
+    if max_queries:
+        indexed = queries[:max_queries]
+        every = [replace(q, namespace=x.namespace) for x in indexed for q in queries]
+        queries = every if every_namespace else indexed
+    out = []
+    for q in queries:
+        options = {
+            "limit": limit,
+            "expand": expand,
+            "context_window": context_window,
+            **({"now": q.now.isoformat()} if q.now else {}),
+            # The calendar the harness asks in (the zone of the question's date).
+            **({"timezone": zone} if (zone := clock_zone(q.now)) else {}),
+        }
+        body = {"query": q.text, "namespace": sub_namespace(ns, q.namespace), "options": options}
+        out.append((q, body))
+    return out
 
 
 def print_ranking(

