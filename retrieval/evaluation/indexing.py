@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -53,8 +54,28 @@ _DROP_NAMESPACE = [
 # The same for one namespace alone (one conversation of a conversation set).
 _DROP_ONE = [f"DELETE FROM {t} WHERE namespace = $1" for t in _TABLES]
 
-# Memories indexed per write.
+# Memories indexed per write, and their characters: a write is one transaction under the
+# Writer's deadline (RETRIEVAL_WRITE_TIMEOUT_S, 30 s), and the long-memory set's 909 articles
+# (5.5 million characters, 13,795 passages) in one went past it here.
 INDEX_BATCH = 2000
+INDEX_BATCH_CHARS = 500_000
+
+
+def batches(group: list[tuple[int, MemoryItem]]) -> Iterator[list[tuple[int, MemoryItem]]]:
+    """`group` in order, in writes of at most INDEX_BATCH memories and INDEX_BATCH_CHARS
+    characters of content (a longer memory alone)."""
+    chunk: list[tuple[int, MemoryItem]] = []
+    chars = 0
+    for row in group:
+        size = len(row[1].content)
+        if chunk and (len(chunk) >= INDEX_BATCH or chars + size > INDEX_BATCH_CHARS):
+            yield chunk
+            chunk, chars = [], 0
+        chunk.append(row)
+        chars += size
+    if chunk:
+        yield chunk
+
 
 # Returns the vectors stored in a namespace and its sub-namespaces, with what they were made of.
 _STORED_VECTORS = """
@@ -158,8 +179,7 @@ async def _index_whole(
     total = sum(len(g) for g in groups.values())
     done = 0
     for line_ns, group in groups.items():
-        for start in range(0, len(group), INDEX_BATCH):
-            chunk = group[start : start + INDEX_BATCH]
+        for chunk in batches(group):
             ns = sub_namespace(namespace, line_ns)
             if vectors is not None:
                 vec: Vectors = np.ascontiguousarray(vectors[[r for r, _ in chunk]])
@@ -185,8 +205,8 @@ async def _index_one(
         if await conn.fetchval(GET_HARNESS_KEY, ns) == key:
             return True
     kept = await _dropped(rt, ns, _DROP_ONE)
-    for start in range(0, len(group), INDEX_BATCH):
-        items = [it for _, it in group[start : start + INDEX_BATCH]]
+    for chunk in batches(group):
+        items = [it for _, it in chunk]
         vec = _reuse(embedder, kept, ns, items)
         await rt.writer.using(embedder).write(items, ns, vectors=vec)
     async with rt.pool.acquire() as conn:
