@@ -22,14 +22,18 @@ def _trigram_sql(n: int) -> str:
     # planned as a scan of the namespace: ILIKE on long Japanese text costs ~10 us a row, which
     # the planner does not know (715 ms on the 13.4k JSQuAD passages; this: 13 ms). Scoring is
     # containment only: word_similarity() on every match cost seconds on common names. Each
-    # branch is confined to the namespace, and so is the index (namespace, content: migration
-    # 0016), so another tenant's rows are never read, joined or matched against the pattern.
+    # branch is confined to the namespace, and so is the index (namespace || '', content:
+    # migration 0020), so another tenant's rows are never read, joined or matched against the
+    # pattern. The branch names the namespace as the index does, `namespace || ''`, which no
+    # btree index serves: with `namespace = $1`, a store of one namespace was read through its
+    # (namespace, created_at) btree, every memory matched against the pattern (700-900 ms a
+    # question on the long-memory set).
     # The last branch looks the names' script-neutral keys up in the postings ($9 keys, $10 the
     # name each belongs to, $11 its weight). A memory scores the sum over names of the best
     # weight it matched of each.
     branches = [
         f"SELECT id, {i} AS i, ($8::float8[])[{i + 1}] AS w FROM memories "
-        f"WHERE namespace = $1 AND content ILIKE ${12 + i}"
+        f"WHERE namespace || '' = $1 AND content ILIKE ${12 + i}"
         for i in range(n)
     ]
     branches.append(

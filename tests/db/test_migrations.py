@@ -207,15 +207,16 @@ def test_a_folder_without_migrations_is_an_error_not_an_empty_schema(tmp_path, m
 
 
 async def test_the_trigram_index_holds_the_namespace(rt):
-    """Migration 0016: the names leg's index is by namespace and content, so that a lookup reads
-    only its own namespace's matches, never another tenant's (the planner may still prefer the
-    namespace's own btree for a small namespace)."""
+    """Migrations 0016 and 0020: the names leg's index is by namespace and content, so that a
+    lookup reads only its own namespace's matches, never another tenant's; its namespace key is
+    `namespace || ''`, which no btree index serves, so the planner cannot read a namespace
+    through its btree and match the pattern against every memory of it."""
     async with rt.pool.acquire() as conn:
         index = await conn.fetchval(
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'idx_memories_content_trgm'"
         )
         assert await conn.fetchval("SELECT count(*) FROM pg_extension WHERE extname = 'btree_gin'")
-    assert index.endswith("USING gin (namespace, content gin_trgm_ops)")
+    assert index.endswith("USING gin (((namespace || ''::text)), content gin_trgm_ops)")
 
 
 async def test_a_start_that_does_not_migrate_waits_for_whoever_does(rt, tmp_path):

@@ -147,9 +147,11 @@ async def test_trigram_leg_uses_the_trigram_index(rt, ns):
                 "%コーヒー%",
             )
         )
-    # Each branch is confined to the namespace: a small namespace is read through its own index.
+    # Each branch is confined to the namespace, through the trigram index alone: not the
+    # namespace's btree, which would match the pattern against every memory of it.
     assert "Seq Scan on memories" not in plan
-    assert "idx_memories_content_trgm" in plan or "idx_memories_namespace_created" in plan
+    assert plan.count("Bitmap Index Scan on idx_memories_content_trgm") == 2, plan
+    assert "Bitmap Index Scan on idx_memories_namespace_created" not in plan, plan
 
 
 async def test_trigram_names_count_by_rarity_not_length(rt, ns):
