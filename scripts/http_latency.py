@@ -140,8 +140,9 @@ def dev_requests(
     queries = read_queries(root / s.queries)
     if max_queries:
         indexed = queries[:max_queries]
-        every = [replace(q, namespace=x.namespace) for x in indexed for q in queries]
-        queries = every if every_namespace else indexed
+        if every_namespace:
+            indexed = [replace(q, namespace=x.namespace) for x in indexed for q in queries]
+        queries = indexed
     out = []
     for q in queries:
         options = {
