@@ -297,14 +297,14 @@ class OnnxE5Embedder:
         m = mask[..., None].astype(np.float32)
         return np.asarray((out * m).sum(1) / m.sum(1), np.float32)
 
-    def _embed(self, session: Any, texts: Sequence[str], prefix: str) -> np.ndarray:
-        """L2-normalised vectors of texts, windows of a long text weighted by their tokens,
-        rows sorted by length and run in batches of at most BATCH_TOKENS padded tokens."""
+    def _embed(self, session: Any, texts: Sequence[Sequence[int]]) -> np.ndarray:
+        """L2-normalised vectors of texts given as their token ids (token_ids(), the prefix
+        included), windows of a long text weighted by their tokens, rows sorted by length and
+        run in batches of at most BATCH_TOKENS padded tokens."""
         bos, eos = self.tokenizer.bos, self.tokenizer.eos
         rows: list[list[int]] = []
         owner: list[int] = []
-        for i, text in enumerate(texts):
-            ids = self.token_ids(prefix + text)
+        for i, ids in enumerate(texts):
             for a in range(0, max(len(ids), 1), WINDOW):
                 rows.append([bos, *ids[a : a + WINDOW], eos])
                 owner.append(i)
@@ -325,18 +325,21 @@ class OnnxE5Embedder:
 
     # -- the provider ---------------------------------------------------------------------------
 
-    def embed_query(self, text: str) -> np.ndarray:
+    def _query_session(self, tokens: int, alone: bool) -> Any:
+        """The session a question of `tokens` tokens runs on (see the class)."""
         if self.query_threads:
-            return self._embed(
-                self._all if self.query_threads > 1 else self._one, [text], "query: "
-            )[0]
-        long = len(self.token_ids("query: " + text)) >= SPREAD_FROM_TOKENS
+            return self._all if self.query_threads > 1 else self._one
+        background = getattr(_BACKGROUND, "on", False)
+        spread = tokens >= SPREAD_FROM_TOKENS and alone and not background
+        return self._all if spread else self._one
+
+    def embed_query(self, text: str) -> np.ndarray:
+        ids = self.token_ids("query: " + text)
         with self._lock:
             self._in_flight += 1
             alone = self._in_flight == 1
         try:
-            spread = long and alone and not getattr(_BACKGROUND, "on", False)
-            return self._embed(self._all if spread else self._one, [text], "query: ")[0]
+            return self._embed(self._query_session(len(ids), alone), [ids])[0]
         finally:
             with self._lock:
                 self._in_flight -= 1
@@ -344,4 +347,4 @@ class OnnxE5Embedder:
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return self._embed(self._docs, texts, "passage: ")
+        return self._embed(self._docs, [self.token_ids("passage: " + t) for t in texts])

@@ -94,9 +94,9 @@ def test_a_long_question_alone_runs_on_every_cpu_and_any_other_on_one(embedder, 
     used: list[object] = []
     real = embedder._embed
 
-    def spy(session, texts, prefix):
+    def spy(session, texts):
         used.append(session)
-        return real(session, texts, prefix)
+        return real(session, texts)
 
     monkeypatch.setattr(embedder, "_embed", spy)
     short = "一つだけ"
