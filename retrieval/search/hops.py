@@ -110,7 +110,8 @@ SELECT * FROM (
 ORDER BY hit.seed_score DESC, hit.created_at, hit.id
 LIMIT $8"""
 
-# Returns live memories in the thread of a seed, with that seed.
+# Returns live memories in the thread of a seed, with that seed: each memory once (it is in one
+# thread, reached from that thread's best seed), the $8 nearest to the best seeds.
 THREAD_SQL = f"""
 WITH s AS (SELECT * FROM {_SEEDS}), {_QUERY_TERMS},
 t AS (
@@ -184,14 +185,25 @@ def _best(cands: list[Candidate], k: int) -> list[Candidate]:
 
 
 async def _hop_rows(
-    run: SearchRun, seeds: tuple[tuple[str, float], ...], sql: str, source: Source, *extra: Any
+    run: SearchRun,
+    seeds: tuple[tuple[str, float], ...],
+    sql: str,
+    source: Source,
+    *extra: Any,
+    distinct: bool = False,
 ) -> list[tuple[asyncpg.Record, Candidate, str]]:
     """The rows a hop query (filters, seeds, limit, the query's keywords, extra) returns, each
-    with its candidate scored by its seed's score and the seed's text."""
+    with its candidate scored by its seed's score and the seed's text.
+
+    `distinct`: the statement returns each memory once, in the order of its seed's score, so
+    its first k rows are the k that _best keeps, and k are asked for. Otherwise a memory may
+    come once per seed that reaches it, and 4k rows are asked for. (On LoCoMo a thread's rows
+    were ~85 a request, of which 50 were kept: 2.4 against 1.7 ms a statement.)"""
     ext, scores = _seed_args(seeds)
     async with leg_connection(run, generic_plan=True) as conn:
         rows = await conn.fetch(
-            sql, *run.where_args(), ext, scores, 4 * run.k, " ".join(run.intent.keywords), *extra,
+            sql, *run.where_args(), ext, scores, run.k if distinct else 4 * run.k,
+            " ".join(run.intent.keywords), *extra,
             timeout=run.timeout_s,
         )  # fmt: skip
         pairs = await candidates(run, conn, rows, source, score_key="seed_score")
@@ -244,6 +256,7 @@ async def entity(run: SearchRun, given: Given) -> list[Candidate]:
         ENTITY_MAX_DF_SHARE,
         normalize_entity(run.intent.query),
         run.intent.focus_term,
+        distinct=True,
     )
     out: list[Candidate] = []
     seeds: dict[str, bool] = {}
@@ -259,7 +272,7 @@ async def entity(run: SearchRun, given: Given) -> list[Candidate]:
 async def thread(run: SearchRun, given: Given) -> list[Candidate]:
     """Memories of a seed's thread, nearest in time to the seed first."""
     seeds: dict[str, bool] = {}
-    pairs = await _hop_rows(run, given.seeds, THREAD_SQL, Source.THREAD)
+    pairs = await _hop_rows(run, given.seeds, THREAD_SQL, Source.THREAD, distinct=True)
     out = [
         _hop(run, c, r, "thread", f"same thread as {r['seed']}", seeds, seed_text)
         for r, c, seed_text in pairs

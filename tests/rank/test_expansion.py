@@ -569,3 +569,32 @@ async def test_a_link_never_lifts_a_memory_that_does_not_match_above_one_that_do
                 assert by_id[linked].score < by_id[meal].score, (hops, linked)
     with_links = await _ask(rt, ns, question)
     assert "links" in with_links.metadata.search_breakdown  # the hop ran, and lifted nothing
+
+
+async def test_the_thread_and_entity_hops_keep_the_k_their_best_seeds_reach(rt, ns):
+    """The thread and entity statements return each memory once, best seed first, and are
+    asked for k rows (not 4k): the k kept are the nearest in time to the best seed's own turn,
+    then the other thread's."""
+    from retrieval.search.hops import entity, thread
+
+    start = NOW - timedelta(days=10)
+
+    def turn(thread_id: str, i: int) -> dict:
+        at = (start + timedelta(minutes=10 * i)).isoformat()
+        # five turns name コハク (a rarer name than five would be too common to bridge)
+        text = f"「コハク」の作業メモ{i}。" if thread_id == "a" and i < 5 else f"別の話{i}。"
+        return {"id": f"{thread_id}{i}", "content": text, "thread": thread_id, "created_at": at}
+
+    await _put(rt, ns, [turn("a", i) for i in range(8)] + [turn("b", i) for i in range(8)])
+    run, given = _ctx(rt, ns, "コハクの作業は？", k=3, seeds=(("a3", 1.0), ("b0", 0.5)))
+    got = await thread(run, given)
+    # a2 and a4 are as near to a3: the statement's order (the earlier id) breaks the tie
+    assert [c.external_id for c in got] == ["a2", "a4", "a1"]
+    assert {c.hop.seed for c in got} == {"a3"}
+    # nothing of the other thread while the best seed's thread fills the k
+    run, given = _ctx(rt, ns, "コハクの作業は？", k=10, seeds=(("a3", 1.0), ("b0", 0.5)))
+    got = [c.external_id for c in await thread(run, given)]
+    assert got[:7] == ["a2", "a4", "a1", "a5", "a0", "a6", "a7"] and got[7:] == ["b1", "b2", "b3"]
+    # the entity hop from a3: the four others that name コハク, the oldest first; k of them
+    run, given = _ctx(rt, ns, "作業の進み具合は？", k=2, seeds=(("a3", 1.0),))
+    assert [c.external_id for c in await entity(run, given)] == ["a0", "a1"]
