@@ -140,9 +140,11 @@ def dev_requests(
     queries = read_queries(root / s.queries)
     if max_queries:
         indexed = queries[:max_queries]
-        if every_namespace:
-            indexed = [replace(q, namespace=x.namespace) for x in indexed for q in queries]
-        queries = indexed
+        queries = (
+            [replace(q, namespace=x.namespace) for x in indexed for q in queries]
+            if every_namespace
+            else indexed
+        )
     out = []
     for q in queries:
         options = {
