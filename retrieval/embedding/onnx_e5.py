@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from retrieval.cpus import available_cpus
-from retrieval.embedding.base import _BACKGROUND, lower_priority, normalise
+from retrieval.embedding.base import QueriesInFlight, lower_priority, normalise
 from retrieval.embedding.e5_weights import METASPACE, E5Weights, dequantise
 
 logger = logging.getLogger(__name__)
@@ -247,8 +247,7 @@ class OnnxE5Embedder:
         self._one = _session(graph, 1)
         self._all = _session(graph, self.cpus) if self.cpus > 1 else self._one
         self._docs = _background_session(graph, self.cpus)
-        self._lock = threading.Lock()
-        self._in_flight = 0
+        self._queries = QueriesInFlight()
         self._words = lru_cache(maxsize=1 << 16)(self._word_ids)
 
     # -- tokens ---------------------------------------------------------------------------------
@@ -325,24 +324,17 @@ class OnnxE5Embedder:
 
     # -- the provider ---------------------------------------------------------------------------
 
-    def _query_session(self, tokens: int, alone: bool) -> Any:
-        """The session a question of `tokens` tokens runs on (see the class)."""
+    def _query_session(self, tokens: int, may_spread: bool) -> Any:
+        """The session a question of `tokens` tokens runs on (see the class); `may_spread`:
+        QueriesInFlight.one()'s answer."""
         if self.query_threads:
             return self._all if self.query_threads > 1 else self._one
-        background = getattr(_BACKGROUND, "on", False)
-        spread = tokens >= SPREAD_FROM_TOKENS and alone and not background
-        return self._all if spread else self._one
+        return self._all if tokens >= SPREAD_FROM_TOKENS and may_spread else self._one
 
     def embed_query(self, text: str) -> np.ndarray:
         ids = self.token_ids("query: " + text)
-        with self._lock:
-            self._in_flight += 1
-            alone = self._in_flight == 1
-        try:
-            return self._embed(self._query_session(len(ids), alone), [ids])[0]
-        finally:
-            with self._lock:
-                self._in_flight -= 1
+        with self._queries.one() as may_spread:
+            return self._embed(self._query_session(len(ids), may_spread), [ids])[0]
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         if not texts:

