@@ -49,9 +49,16 @@ STRATEGY_USAGE = Counter(
 EMPTY_RESULTS = Counter(
     "retrieval_empty_results_total", "Retrievals that returned no result", ["strategy"]
 )
+UNANSWERED = Counter(
+    "retrieval_unanswered_total",
+    "Retrievals whose first result's confidence is below the threshold (nothing answers)",
+    ["strategy"],
+)
+# The stages measured on their own (the histogram's `stage` label).
+STAGES = ("analyze", "embed", "expand", "confidence")
 STAGE_LATENCY = Histogram(
     "retrieval_stage_latency_ms",
-    "Latency of pipeline stages in ms (analyze, embed, expand)",
+    "Latency of pipeline stages in ms (analyze, embed, expand, confidence)",
     ["stage"],
     buckets=LATENCY_BUCKETS_MS,
 )
@@ -160,7 +167,7 @@ REPLICA_HEALTHY = Gauge(
 def record_retrieval(meta: Any) -> None:
     """Every metric of one answered retrieve (a RetrievalMetadata), in one place."""
     strategy = meta.strategy_used.value
-    for stage in ("analyze", "embed", "expand"):
+    for stage in STAGES:
         if stage in meta.stage_latency_ms:
             STAGE_LATENCY.labels(stage).observe(meta.stage_latency_ms[stage])
     if "rerank" in meta.stage_latency_ms:
@@ -173,6 +180,8 @@ def record_retrieval(meta: Any) -> None:
         EMPTY_RESULTS.labels(strategy).inc()
     if meta.degraded:
         DEGRADED.labels(strategy).inc()
+    if meta.answered is not None and not meta.answered.answered:
+        UNANSWERED.labels(strategy).inc()
 
 
 def init_series(strategies: list[str], sources: list[str]) -> None:
@@ -182,11 +191,12 @@ def init_series(strategies: list[str], sources: list[str]) -> None:
         STRATEGY_USAGE.labels(s)
         EMPTY_RESULTS.labels(s)
         DEGRADED.labels(s)
+        UNANSWERED.labels(s)
     for src in sources:
         SEARCH_LATENCY.labels(src)
         SOURCE_TIMEOUTS.labels(src)
         SOURCE_ERRORS.labels(src)
-    for stage in ("analyze", "embed", "expand"):
+    for stage in STAGES:
         STAGE_LATENCY.labels(stage)
     for op in ("insert", "update"):
         INGESTED.labels(op)

@@ -388,6 +388,8 @@ class ScoredResult:
     notes: tuple[str, ...] = ()
     # A question about now: the newer memory (external id) that states the same thing.
     superseded_by: str | None = None
+    # How likely it answers the question, in [0, 1] (retrieval.rank.confidence).
+    confidence: float | None = None
 
 
 @dataclass
@@ -483,6 +485,8 @@ class Result:
     cut: bool = False
     # A question about now: the newer memory that states the same thing (rank.latest).
     superseded_by: str | None = None
+    # How likely it answers the question, in [0, 1] (retrieval.rank.confidence).
+    confidence: float | None = None
 
 
 def result_of(r: ScoredResult, *, details: bool = True) -> Result:
@@ -496,12 +500,14 @@ def result_of(r: ScoredResult, *, details: bool = True) -> Result:
         source_type=c.source_type,
         metadata=c.metadata,
         created_at=c.created_at,
-        score=r.score,
+        # A score stays in [0, 1] whatever lifted it (a memory reached from itself, a link).
+        score=min(max(r.score, 0.0), 1.0),
         signals=r.signals if details else {},
         sources=r.sources,
         relevance=r.relevance,
         reason=r.reason,
         superseded_by=r.superseded_by,
+        confidence=r.confidence,
         highlight=None
         if r.highlight is None
         else Highlight(
@@ -521,6 +527,16 @@ class SourceReport:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class Answered:
+    """Whether anything answers the question: the first result's confidence against the
+    threshold (retrieval.rank.confidence)."""
+
+    answered: bool
+    confidence: float
+    threshold: float
+
+
 @dataclass
 class RetrievalMetadata:
     strategy_used: Strategy
@@ -538,6 +554,8 @@ class RetrievalMetadata:
     # Processing seconds the request cost (CPU of analysis and reranking, estimated embedding
     # of its uncached texts): what its namespace's budget is charged (retrieval.tenants).
     cost_s: float = 0.0
+    # Whether the first result answers the question (None: not assessed).
+    answered: Answered | None = None
 
 
 @dataclass

@@ -25,7 +25,9 @@ from retrieval.embedding.base import Embedder
 from retrieval.embedding.query import QueryEmbedding, QueryEmbeddings
 from retrieval.models import (
     DEGRADING,
+    Answered,
     Filters,
+    Neighbour,
     Preset,
     QueryIntent,
     Result,
@@ -39,8 +41,10 @@ from retrieval.models import (
     result_of,
 )
 from retrieval.rank.budget import fit
+from retrieval.rank.confidence import Calibration, assess, signals_of
 from retrieval.rank.expansion import choose_seeds
 from retrieval.rank.rerank import rerank
+from retrieval.rank.verifier import Verifier
 from retrieval.replicas import ReadRouter
 from retrieval.search.contents import DEFAULT_CACHE_BYTES, Contents
 from retrieval.search.legs import SOURCES, SourceFn
@@ -83,6 +87,8 @@ class Orchestrator:
         run_log_timeout_s: float = 5.0,
         router: ReadRouter | None = None,
         unavailable: Mapping[Source, str] | None = None,
+        verifier: Verifier | None = None,
+        calibration: Calibration | None = None,
     ) -> None:
         self.pool = pool
         self.router = router
@@ -108,6 +114,10 @@ class Orchestrator:
         self.embeddings = QueryEmbeddings(embedder, cache_bytes=embed_cache_bytes)
         # The long contents the legs return by reference (retrieval.search.contents).
         self.contents = Contents(content_cache_bytes)
+        # Each result's confidence that it answers (retrieval.rank.confidence); without a
+        # calibration results carry none and their labels follow their scores alone.
+        self.verifier = verifier
+        self.calibration = calibration
 
     def validate(self, query: str, options: RetrievalOptions) -> str:
         """Reject what cannot be answered (retrieval.validation.check_request); return the
@@ -151,11 +161,24 @@ class Orchestrator:
             clock.timed, "rerank", rerank, searched.per_source, p.preset, intent, options,
             now=now, window=window,
         )  # fmt: skip
-        results = [result_of(r, details=options.include_metadata_details) for r in scored]
-        if options.context_window > 0 and results:
-            await self._add_neighbours(
-                run, scored, results, options.context_window, clock, searched
+        # The confidence (CPU, off the event loop) and the neighbours (the database) at once:
+        # neither changes which results there are, nor their order.
+        context: asyncio.Task[dict[int, list[Neighbour]]] | None = None
+        if options.context_window > 0 and scored:
+            context = asyncio.create_task(
+                self._neighbours(run, scored, options.context_window, clock, searched)
             )
+        try:
+            scored, answered = await self._confidence(intent, scored, run, clock)
+        except BaseException:
+            if context is not None:
+                context.cancel()
+            raise
+        results = [result_of(r, details=options.include_metadata_details) for r in scored]
+        if context is not None:
+            got = await context
+            for r, out in zip(scored, results, strict=True):
+                out.context = got.get(r.candidate.id, [])
         budget = None
         if options.max_chars is not None:
             results, budget = fit(results, options.max_chars)
@@ -173,11 +196,27 @@ class Orchestrator:
             params=_plan_json(p, window, options.time_range is not None),
             cost_s=clock.cpu_s + embedding.spent_s(),
             budget=budget,
+            answered=answered,
         )
         m.record_retrieval(meta)
         if self.log_runs and options.log_run:
             self._log_run(q, options, meta, searched, results)
         return RetrievalResponse(results=results, metadata=meta)
+
+    def _assess(
+        self, intent: QueryIntent, scored: list[ScoredResult], run: SearchRun
+    ) -> tuple[list[ScoredResult], Answered]:
+        """The results with their confidence, and whether anything answers."""
+        assert self.calibration is not None
+        sigs = signals_of(
+            intent,
+            scored,
+            self.analyzer.nlp.terms,
+            run.terms.idf,
+            run.terms.unseen(),
+            self.verifier,
+        )
+        return assess(scored, sigs, self.calibration)
 
     async def _search(
         self,
@@ -209,25 +248,34 @@ class Orchestrator:
             embedding.abandon()  # a text not started yet is not embedded for nobody
         return searched
 
-    async def _add_neighbours(
+    async def _confidence(
+        self, intent: QueryIntent, scored: list[ScoredResult], run: SearchRun, clock: m.StageClock
+    ) -> tuple[list[ScoredResult], Answered | None]:
+        """The results with their confidence, and whether anything answers (None without a
+        calibration; nothing answers an empty list)."""
+        if self.calibration is None:
+            return scored, None
+        if not scored:
+            return scored, Answered(False, 0.0, self.calibration.answers)
+        return await asyncio.to_thread(clock.timed, "confidence", self._assess, intent, scored, run)
+
+    async def _neighbours(
         self,
         run: SearchRun,
         scored: list[ScoredResult],
-        results: list[Result],
         per_side: int,
         clock: m.StageClock,
         searched: Searched,
-    ) -> None:
-        """Give each result the memories around it (its `context`); a failure leaves the
-        results without them and is reported."""
+    ) -> dict[int, list[Neighbour]]:
+        """The memories around each result (its `context`), by row id; a failure gives none
+        and is reported."""
         t = time.perf_counter()
         got = await self.legs.neighbours(run, [r.candidate.id for r in scored], per_side)
         clock.stage_ms["context"] = (time.perf_counter() - t) * 1000.0
         if isinstance(got, SourceReport):
             searched.reports[got.source] = got
-            return
-        for r, out in zip(scored, results, strict=True):
-            out.context = got.get(r.candidate.id, [])
+            return {}
+        return got
 
     def _plan(self, intent: QueryIntent, options: RetrievalOptions) -> Plan:
         """The strategy's plan for this intent, with the sources the caller added."""

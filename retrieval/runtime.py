@@ -26,6 +26,8 @@ from retrieval.ingest.writer import Writer
 from retrieval.maintenance.retokenize import outdated
 from retrieval.models import Source
 from retrieval.orchestrator import Orchestrator
+from retrieval.rank.confidence import Calibration
+from retrieval.rank.verifier import Verifier
 from retrieval.replicas import ReadRouter, Replica
 from retrieval.settings import Settings, parse_replica_urls
 from retrieval.tenants import TenantBudget
@@ -173,6 +175,10 @@ async def open_runtime(
         max_request_connections=settings.max_request_connections,
         router=router,
         unavailable={Source.TRIGRAM: missing["pg_trgm"]} if "pg_trgm" in missing else {},
+        verifier=(
+            await asyncio.to_thread(Verifier) if settings.confidence and settings.verifier else None
+        ),
+        calibration=Calibration.load() if settings.confidence else None,
     )
     budget = TenantBudget(
         settings.tenant_cpu_share,

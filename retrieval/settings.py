@@ -105,6 +105,10 @@ class Settings(BaseSettings):
     # milliseconds after it starts, whatever the database's state; unset: three legs' deadlines.
     request_timeout_ms: int | None = Field(default=None, ge=1, le=3_600_000)
     log_runs: bool = True
+    # Each result's confidence that it answers (retrieval.rank.confidence), and with `verifier`
+    # the verifier reading the first ones; without it, the confidence of the other signals.
+    confidence: bool = True
+    verifier: bool = True
     # Whether a start applies pending migrations (under an advisory lock); false: it waits until
     # another process has (the Kubernetes migration Job: docs/deploy.md), serving /healthz.
     migrate_at_start: bool = True

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -18,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -108,6 +109,28 @@ class MemoryIn(BaseModel):
     def _not_blank(cls, v: str) -> str:
         if not v.strip():
             raise ValueError("must not be empty or whitespace")
+        return v
+
+    @field_validator("expires_at")
+    @classmethod
+    def _expires_later(cls, v: datetime | None, info: ValidationInfo) -> datetime | None:
+        """A memory that expires before it is written, or before it was made, would be stored
+        and never found."""
+        if v is None:
+            return v
+        if v <= datetime.now(UTC):
+            raise ValueError("must be in the future")
+        created = info.data.get("created_at")
+        if created is not None and v <= created:
+            raise ValueError("must be after created_at")
+        return v
+
+    @field_validator("links")
+    @classmethod
+    def _not_to_itself(cls, v: list[LinkIn], info: ValidationInfo) -> list[LinkIn]:
+        own = info.data.get("id")
+        if own is not None and any(ln.to == own for ln in v):
+            raise ValueError("a memory cannot link to itself")
         return v
 
     def item(self) -> MemoryItem:

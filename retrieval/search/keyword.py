@@ -86,6 +86,9 @@ async def query_terms(run: SearchRun, conn: asyncpg.Connection) -> list[asyncpg.
     keys = [k for n in run.intent.names for k in n.keys]
     text = " ".join([*run.intent.keywords, *keys])
     stats = await conn.fetch(TERM_STATS_SQL, run.filters.namespace, text, timeout=run.timeout_s)
+    if stats:
+        run.terms.idf.update({r["term"]: float(r["idf"]) for r in stats})
+        run.terms.docs = int(stats[0]["doc_count"])
     return sorted(stats, key=lambda r: float(r["idf"]), reverse=True)[:MAX_QUERY_TERMS]
 
 

@@ -10,6 +10,7 @@ expiry, archive and `searchable` through the same WHERE clause ($1..$5).
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -69,6 +70,19 @@ async def leg_connection(
         yield conn
 
 
+@dataclass
+class TermStats:
+    """The IDF of each of the question's words the namespace holds, and how many memories it
+    has (0: not read)."""
+
+    idf: dict[str, float] = field(default_factory=dict)
+    docs: int = 0
+
+    def unseen(self) -> float:
+        """The IDF of a word no memory holds (BM25's, as the keyword leg computes it)."""
+        return math.log(1 + (self.docs + 0.5) / 0.5) if self.docs else 1.0
+
+
 @dataclass(frozen=True)
 class SearchRun:
     """One request's search, as every leg reads it: the pool, the analysed query, its filters
@@ -92,6 +106,9 @@ class SearchRun:
     # When the request's database work must be over (the event loop's clock; None: no bound
     # but each leg's own): no leg, hop or neighbour fetch waits past it.
     deadline: float | None = None
+    # What the keyword leg read of the question's words in the namespace (the confidence's
+    # coverage weighs them by it: retrieval.rank.confidence).
+    terms: TermStats = field(default_factory=lambda: TermStats())
 
     def leg_timeout(self, most: float) -> float:
         """A leg's deadline in seconds: `most`, or what is left of the request's if less."""

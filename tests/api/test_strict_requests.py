@@ -51,6 +51,29 @@ async def test_a_retrieval_that_breaks_a_rule_is_refused_by_name(client, body, f
             "ISO 8601",
         ),
         ({"memories": [{"content": "a"}], "extra": 1}, "extra", "not a field"),
+        (
+            {"memories": [{"content": "a", "expires_at": "2020-01-01T00:00:00Z"}]},
+            "memories.0.expires_at",
+            "in the future",
+        ),
+        (
+            {
+                "memories": [
+                    {
+                        "content": "a",
+                        "created_at": "2099-06-01T00:00:00Z",
+                        "expires_at": "2099-01-01T00:00:00Z",
+                    }
+                ]
+            },
+            "memories.0.expires_at",
+            "after created_at",
+        ),
+        (
+            {"memories": [{"id": "m1", "content": "a", "links": [{"to": "m1"}]}]},
+            "memories.0.links",
+            "itself",
+        ),
         ({"memories": [{"content": "a"}], "namespace": "x" * 200}, "namespace", "characters"),
     ],
 )

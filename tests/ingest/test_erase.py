@@ -14,6 +14,7 @@ import pytest
 
 from retrieval.api.items import parse_items
 from retrieval.cache import _OF_MEMORIES
+from retrieval.ingest.items import MemoryItem
 from retrieval.models import RetrievalOptions
 from tests.helpers import app_client
 
@@ -163,15 +164,15 @@ async def test_another_process_hears_of_an_erasure(rt, ns):
 
 
 async def test_expired_memories_are_erased_by_the_retention_pass(rt, ns):
-    past = (datetime.now(UTC) - timedelta(days=1)).isoformat()
-    soon = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    # The API refuses an expires_at already past; a memory whose time has come since is what
+    # the pass erases (written here through the core, as if it had been stored days ago).
+    past = datetime.now(UTC) - timedelta(days=1)
+    soon = datetime.now(UTC) + timedelta(days=1)
     await rt.writer.write(
-        parse_items(
-            [
-                {"id": "old", "content": "期限切れのメモ", "expires_at": past},
-                {"id": "new", "content": "まだ有効なメモ", "expires_at": soon},
-            ]
-        ),
+        [
+            MemoryItem(content="期限切れのメモ", id="old", expires_at=past),
+            MemoryItem(content="まだ有効なメモ", id="new", expires_at=soon),
+        ],
         ns,
     )
     assert await rt.writer.erase_expired() >= 1

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from retrieval.models import Strategy, TimeRange
-from tests.helpers import NOW_UTC as NOW
 from tests.helpers import ids_of as _ids
 from tests.helpers import ingest_items as _ingest
 from tests.helpers import leg_context as _leg_context
@@ -33,7 +32,8 @@ async def test_expired_archived_unsearchable_never_returned(rt, ns):
             {
                 "id": "expired",
                 "content": "ダッシュボードの設定手順は古いwikiにある",
-                "expires_at": (NOW - timedelta(days=1)).isoformat(),
+                # expired since it was written (the API refuses a past expires_at)
+                "expires_at": (datetime.now(UTC) + timedelta(days=1)).isoformat(),
             },
             {"id": "archived", "content": "ダッシュボードの設定手順は旧サーバーにある"},
             {"id": "hidden", "content": "ダッシュボードの設定手順は誤りのメモにある"},
@@ -42,6 +42,11 @@ async def test_expired_archived_unsearchable_never_returned(rt, ns):
     async with rt.pool.acquire() as conn:
         await conn.execute(
             "UPDATE memories SET is_archived = true WHERE namespace = $1 AND external_id = 'archived'",
+            ns,
+        )
+        await conn.execute(
+            "UPDATE memories SET expires_at = now() - interval '1 day' "
+            "WHERE namespace = $1 AND external_id = 'expired'",
             ns,
         )
         await conn.execute(

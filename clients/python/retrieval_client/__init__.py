@@ -19,6 +19,7 @@ from retrieval_client.errors import (
     Unreachable,
 )
 from retrieval_client.models import (
+    AnsweredOut,
     ArchivedOut,
     ErasedOut,
     FeedbackOut,
@@ -40,6 +41,7 @@ __version__ = "0.1.0"
 __all__ = [
     "RETRY_STATUSES",
     "ApiError",
+    "AnsweredOut",
     "ArchivedOut",
     "AsyncRetrievalClient",
     "BadResponse",

@@ -29,7 +29,7 @@ class Strategy(StrEnum):
 class Relevance(StrEnum):
     """A result's label, strongest first."""
 
-    HIGH = "high"  # a strong score, not a near-duplicate of a better result
+    HIGH = "high"  # its confidence that it answers is at least the service's `high` threshold
     MEDIUM = "medium"
     LOW = "low"  # a weak score (below 0.05): listed, but little says it answers
     NEAR_WINDOW = "near_window"  # just outside a fuzzy window (お盆の頃, around March)
@@ -101,11 +101,17 @@ class ResultOut(_Out):
     source_type: str
     metadata: dict[str, Any]
     created_at: datetime
-    score: float
+    score: float = Field(description="The ranking's score, in [0, 1]: the list's order.")
     signals: dict[str, float]
     sources: list[str]
     relevance: OpenRelevance = Field(
-        description="high | medium | near_window (a fuzzy window's soft edge) | outside_window"
+        description="high (confidence at least the service's threshold) | medium | low (a weak "
+        "score) | near_window (a fuzzy window's soft edge) | outside_window"
+    )
+    confidence: float | None = Field(
+        default=None,
+        description="How likely it answers the question, in [0, 1] (calibrated on the dev sets: "
+        "docs/confidence.md); null from a service without the confidence.",
     )
     reason: str
     context: list[ContextOut] = Field(
@@ -131,6 +137,10 @@ class ResultOut(_Out):
     def _score(self, v: float) -> float:
         return round(v, 6)
 
+    @field_serializer("confidence")
+    def _confidence(self, v: float | None) -> float | None:
+        return None if v is None else round(v, 6)
+
     @field_serializer("signals")
     def _signals(self, v: dict[str, float]) -> dict[str, float]:
         return {k: round(x, 6) for k, x in v.items()}
@@ -151,6 +161,19 @@ class SourceOut(_Out):
         return round(v, 3)
 
 
+class AnsweredOut(_Out):
+    """Whether anything answers the question: the first result's confidence against the
+    service's threshold."""
+
+    answered: bool = Field(description="The first result's confidence reaches `threshold`.")
+    confidence: float = Field(description="The first result's confidence (0 without results).")
+    threshold: float
+
+    @field_serializer("confidence")
+    def _confidence(self, v: float) -> float:
+        return round(v, 6)
+
+
 class MetadataOut(_Out):
     """How a retrieval went: the plan, each source, each stage's time."""
 
@@ -168,6 +191,11 @@ class MetadataOut(_Out):
     params: dict[str, Any]
     budget: BudgetOut | None = Field(
         default=None, description="With a budget: what it let through (else null)."
+    )
+    answered: AnsweredOut | None = Field(
+        default=None,
+        description="Whether the first result answers the question (null from a service "
+        "without the confidence).",
     )
 
     @field_validator("query_intent", mode="before")

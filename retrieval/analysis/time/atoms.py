@@ -318,9 +318,11 @@ _TABLE: list[tuple[str, str, Builder]] = [
     ),
     (
         "weekday",
+        # A habit (毎週土曜日, 隔週の日曜) names no day to search in.
+        r"(?<!毎週)(?<!毎週の)(?<!隔週)(?<!隔週の)(?<!毎)"
         r"(?P<mod>この前の|こないだの|この間の|前の|直近の|今度の|次の)?(?P<wd>["
         + _WEEKDAYS_JA
-        + r"])曜(?:日)?",
+        + r"])曜(?:日)?(?!ごと|毎)",
         lambda m: (
             _WEEKDAYS_JA.index(m["wd"]),
             {"今度の": "next", "次の": "next"}.get(m["mod"] or "", "last" if m["mod"] else "past"),
@@ -328,9 +330,10 @@ _TABLE: list[tuple[str, str, Builder]] = [
     ),
     (
         "weekday",
-        r"(?i)\b(?:(?P<mod>last|this|next|past|coming|on)\s+)?(?P<wd>"
+        # A habit ("on Sundays", "every Sunday") names no day to search in.
+        r"(?i)(?<!every )(?<!each )\b(?:(?P<mod>last|this|next|past|coming|on)\s+)?(?P<wd>"
         + "|".join(_EN_WEEKDAYS)
-        + r")s?\b",
+        + r")\b",
         lambda m: (
             _EN_WEEKDAYS.index(m["wd"].lower()),
             _MODE_EN.get((m["mod"] or "").lower(), "past"),

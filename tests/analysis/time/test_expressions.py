@@ -227,3 +227,25 @@ def test_a_stated_date_anchors_the_words_that_count_from_now(text, start, end):
 def test_without_a_stated_date_the_first_expression_counts_from_now():
     assert days("先週の会議と昨日のメモ") == (date(2026, 11, 9), date(2026, 11, 16), "last_week")
     assert days("11月3日の最近の話")[:2] == (date(2026, 11, 3), date(2026, 11, 4))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "What does the assistant do on Sundays?",
+        "What do I do every Saturday?",
+        "Where do we go each Friday?",
+        "毎週土曜日は何をしている？",
+        "隔週の日曜に何をしている？",
+        "毎土曜日のジム",
+        "日曜ごとに何をしている？",
+    ],
+)
+def test_a_habit_is_no_window(text):
+    """A day said as a habit ("on Sundays", 毎週土曜日) names no day to search in."""
+    assert parse_time(text, NOW).range is None
+
+
+def test_one_day_is_still_a_window():
+    assert parse_time("What did I do on Sunday?", NOW).range is not None
+    assert parse_time("土曜日に何をした？", NOW).range is not None

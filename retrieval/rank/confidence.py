@@ -1,0 +1,221 @@
+"""How sure the answer is: each result's `confidence` that it answers the question, and whether
+anything does.
+
+A result's signals, read against the question (`Signals`):
+- `verifier`: the logit of the verifier (retrieval.rank.verifier), which reads the question
+  against the memory; it reads the first result, and the next one when its score is within
+  CLOSE of the first's (at most VERIFIED in all);
+- `coverage`: the share of the question's words the memory holds, each weighted by its IDF in
+  the namespace (the keyword leg's term statistics): a word no memory of the namespace holds
+  ("hamster" where only a cat was mentioned) weighs the most;
+- `unmatched`: the largest IDF among the question's words the memory lacks, as a share of the
+  largest there can be: 1.0 when the question turns on a word no memory holds;
+- `who`: +1 when the memory is said by the person (or side: the user, the assistant) the
+  question asks about, -1 when said by another and naming none of them ("What did Caroline
+  realize after her charity race?" against Melanie's turn), 0 when neither can be told;
+- `kind`: -1 when the question asks for a kind of answer (a date, an amount, a frequency, a
+  number) that the memory does not state, +1 when it does, 0 when it asks for none;
+- `score`: the result's score.
+
+The map from the signals to `confidence` is a logistic regression fitted on the dev sets' train
+split (scripts/verifier/fit.py writes `retrieval/data/verifier/confidence.json`: its
+coefficients, the figures on the held-out split, and the thresholds). A result the verifier did
+not read is mapped without it (the second set of coefficients). `relevance: high` means a
+confidence of at least `high` (the file's; docs/api.md), and the answer's `answered` says
+whether the first result's confidence reaches `answers`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from retrieval.analysis.answers import AnswerKind, gives
+from retrieval.analysis.speaker import ASSISTANT, USER, turn_speaker
+from retrieval.models import Answered, QueryIntent, Relevance, ScoredResult
+from retrieval.rank.verifier import MODEL_DIR, Verifier, memory_window
+from retrieval.text.name_keys import latin_keys
+
+# The verifier reads the first result and, up to VERIFIED in all, each next one whose score is
+# at least CLOSE times the first's (a near tie), one pair a run: a pair costs ~3.6 ms here on
+# one thread, a batch of two 9.4 and of three 14.9 (padded, docs/confidence.md).
+VERIFIED = 2
+CLOSE = 0.95
+
+SIGNALS = ("verifier", "coverage", "unmatched", "who", "kind", "score")
+
+# A turn's speaker label at its start ("Caroline: ", "user: ").
+_LABEL = re.compile(r"\s*([^\s:：][^:：\n]{0,30})[:：]\s")
+
+# Frequency and count questions, and what states one (beside answers.py's dates and amounts).
+_ASKS_FREQUENCY = re.compile(
+    r"how often|how frequently|頻度|何回|どのくらいの(?:ペース|間隔)", re.I
+)
+_ASKS_NUMBER = re.compile(r"how many|何人|何個|何匹|何台|何冊|何本|いくつ", re.I)
+_GIVES_FREQUENCY = re.compile(
+    r"every (?:day|week|month|morning|night|other|weekend|\w+day)|daily|weekly|monthly|"
+    r"once|twice|times? (?:a|per|each) |毎日|毎週|毎月|毎朝|毎晩|週に|月に|日に|回",
+    re.I,
+)
+_GIVES_NUMBER = re.compile(
+    r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|dozen|several|a few)\b|"
+    r"[一二三四五六七八九十百千万]",
+    re.I,
+)
+
+
+def asked(intent: QueryIntent) -> str | None:
+    """The kind of answer the question asks for: a date or an amount (retrieval.analysis.
+    answers), a frequency, a number; None otherwise."""
+    if intent.asks:
+        return intent.asks
+    if _ASKS_FREQUENCY.search(intent.query):
+        return "frequency"
+    if _ASKS_NUMBER.search(intent.query):
+        return "number"
+    return None
+
+
+def states(kind: str, text: str) -> bool:
+    """Whether the text states an answer of that kind."""
+    if kind == "frequency":
+        return _GIVES_FREQUENCY.search(text) is not None
+    if kind == "number":
+        return _GIVES_NUMBER.search(text) is not None
+    return gives(AnswerKind(kind), text)
+
+
+def who(intent: QueryIntent, content: str, metadata: Mapping[str, object] | None) -> float:
+    """+1 said by whom the question asks about, -1 by someone else, 0 when it cannot be told
+    (see the module)."""
+    side = turn_speaker(content, metadata)
+    if side is not None:
+        return 0.0 if intent.speaker is None else (1.0 if side == intent.speaker else -1.0)
+    if not intent.names:
+        return 0.0
+    m = _LABEL.match(content)
+    if m is None or m.group(1).lower() in (USER, ASSISTANT):
+        return 0.0
+    label = m.group(1).strip()
+    keys = set(latin_keys(label)) if label.isascii() else set()
+    for name in intent.names:
+        if name.text.lower() == label.lower() or keys & set(name.keys):
+            return 1.0
+    body = content[m.end() :].lower()
+    if any(n.text.lower() in body for n in intent.names):
+        return 0.0
+    return -1.0
+
+
+def coverage(
+    keywords: Sequence[str], memory_terms: set[str], idf: Mapping[str, float], unseen: float
+) -> tuple[float, float]:
+    """The IDF-weighted share of the question's words the memory holds, a word the namespace
+    never holds weighing `unseen` (the largest IDF it could have); and the largest IDF among
+    those it lacks, as a share of `unseen` (1.0: a word no memory holds, as "hamster" where
+    only a cat was mentioned). (1.0, 0.0) without keywords."""
+    words = list(dict.fromkeys(k.lower() for k in keywords))
+    if not words:
+        return 1.0, 0.0
+    weights = [idf.get(k, unseen) for k in words]
+    total = sum(weights)
+    held = sum(w for k, w in zip(words, weights, strict=True) if k in memory_terms)
+    lacked = [w for k, w in zip(words, weights, strict=True) if k not in memory_terms]
+    return held / total, min(max(lacked, default=0.0) / unseen, 1.0)
+
+
+@dataclass(frozen=True)
+class Map:
+    """A logistic map from signals to a probability."""
+
+    weights: Mapping[str, float]
+    intercept: float
+
+    def __call__(self, signals: Mapping[str, float]) -> float:
+        z = self.intercept + sum(w * signals.get(k, 0.0) for k, w in self.weights.items())
+        return 1.0 / (1.0 + math.exp(-max(min(z, 40.0), -40.0)))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The fitted maps and thresholds (`confidence.json`)."""
+
+    read: Map  # with the verifier's logit
+    unread: Map  # without it
+    high: float  # `relevance: high` from this confidence up
+    answers: float  # the answer says `answered` from this confidence of its first result up
+
+    @classmethod
+    def load(cls, path: Path = MODEL_DIR / "confidence.json") -> Calibration:
+        raw = json.loads(path.read_text())
+        return cls(
+            read=Map(raw["read"]["weights"], raw["read"]["intercept"]),
+            unread=Map(raw["unread"]["weights"], raw["unread"]["intercept"]),
+            high=float(raw["thresholds"]["high"]),
+            answers=float(raw["thresholds"]["answers"]),
+        )
+
+
+def signals_of(
+    intent: QueryIntent,
+    results: Sequence[ScoredResult],
+    terms: Callable[[str], list[str]],
+    idf: Mapping[str, float],
+    unseen: float,
+    verifier: Verifier | None,
+) -> list[dict[str, float]]:
+    """Each result's signals (the verifier's only for those it reads)."""
+    kind = asked(intent)
+    out: list[dict[str, float]] = []
+    texts = []
+    for r in results:
+        c = r.candidate
+        text = c.content[r.highlight[0] : r.highlight[1]] if r.highlight else c.content
+        label = _LABEL.match(c.content)
+        if r.highlight and r.highlight[0] > 0 and label:
+            text = label.group(0) + text
+        window = memory_window(intent.query, text)
+        texts.append(window)
+        held, lacked = coverage(intent.keywords, set(terms(window)), idf, unseen)
+        sig = {
+            "score": min(max(r.score, 0.0), 1.0),
+            "coverage": held,
+            "unmatched": lacked,
+            "who": who(intent, c.content, c.metadata),
+            "kind": 0.0 if kind is None else (1.0 if states(kind, window) else -1.0),
+        }
+        out.append(sig)
+    if verifier is not None and results:
+        first = results[0].score
+        read = [0]
+        for i in range(1, min(len(results), VERIFIED)):
+            if results[i].score >= CLOSE * first:
+                read.append(i)
+        for i in read:
+            out[i]["verifier"] = float(verifier.logits(intent.query, [texts[i]])[0])
+    return out
+
+
+def assess(
+    results: Sequence[ScoredResult],
+    sigs: Sequence[Mapping[str, float]],
+    calibration: Calibration,
+) -> tuple[list[ScoredResult], Answered]:
+    """The results, each with its confidence (in its signals too) and its label (`high` from
+    the calibration's threshold; a window's labels stay); and whether anything answers."""
+    out = []
+    for r, s in zip(results, sigs, strict=True):
+        conf = (calibration.read if "verifier" in s else calibration.unread)(s)
+        relevance = r.relevance
+        if relevance in (Relevance.HIGH, Relevance.MEDIUM):
+            relevance = Relevance.HIGH if conf >= calibration.high else Relevance.MEDIUM
+        signals = {**r.signals, **{f"confidence_{k}": v for k, v in s.items()}}
+        out.append(replace(r, confidence=conf, relevance=relevance, signals=signals))
+    if not out:
+        return out, Answered(False, 0.0, calibration.answers)
+    first = out[0].confidence or 0.0
+    return out, Answered(first >= calibration.answers, first, calibration.answers)

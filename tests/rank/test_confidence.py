@@ -1,0 +1,126 @@
+"""The confidence's signals and its map (retrieval.rank.confidence), on the real analyzer."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from retrieval.models import Candidate, Relevance, ScoredResult, Source
+from retrieval.rank.confidence import (
+    Calibration,
+    Map,
+    asked,
+    assess,
+    coverage,
+    signals_of,
+    states,
+    who,
+)
+
+NOW = datetime(2026, 11, 22, 3, 0, tzinfo=UTC)
+
+
+def _result(content: str, score: float, i: int = 1, **kw: object) -> ScoredResult:
+    c = Candidate(
+        id=i, external_id=f"m{i}", content=content, title=None, memory_type="dialog",
+        source_type="conversation", metadata=dict(kw.get("metadata", {})),  # type: ignore[call-overload]
+        created_at=NOW, embedding=None, score=score, source=Source.VECTOR,
+    )  # fmt: skip
+    return ScoredResult(c, score, {}, ["vector"], relevance=Relevance.HIGH)
+
+
+@pytest.mark.parametrize(
+    ("question", "content", "expected"),
+    [
+        ("What did Caroline realize after her charity race?", "Melanie: I ran a race.", -1.0),
+        ("What did Melanie realize after her charity race?", "Melanie: I ran a race.", 1.0),
+        # the other speaker talking about her: cannot be told
+        ("What did Caroline do?", "Melanie: Caroline, your race was great!", 0.0),
+        ("What is my cat's name?", "user: my cat is Luna", 1.0),
+        ("What is my cat's name?", "assistant: a cat needs a name", -1.0),
+        ("Which restaurant you recommended was it?", "assistant: try the ramen place", 1.0),
+        ("What is the weather like?", "Melanie: sunny", 0.0),
+        ("キャロラインはレースの後で何に気づいた？", "Caroline: I realized I love running.", 1.0),
+        ("キャロラインはレースの後で何に気づいた？", "Melanie: I realized I love running.", -1.0),
+    ],
+)
+def test_who(analyzer, question, content, expected):
+    intent = analyzer.analyze(question, NOW)
+    assert who(intent, content, {}) == expected
+
+
+def test_who_reads_a_role_in_metadata(analyzer):
+    intent = analyzer.analyze("What was the museum you told me about?", NOW)
+    assert intent.speaker == "assistant"
+    assert who(intent, "The museum opens at ten.", {"role": "assistant"}) == 1.0
+    assert who(intent, "The museum opens at ten.", {"role": "user"}) == -1.0
+
+
+def test_coverage_weighs_a_word_no_memory_holds_most():
+    idf = {"cat": 2.0, "name": 0.5}
+    # "hamster" is in no memory: it weighs the most there is, so missing it costs most
+    held, lacked = coverage(["hamster", "name"], {"name", "cat"}, idf, unseen=6.0)
+    assert held == pytest.approx(0.5 / 6.5)
+    assert lacked == 1.0  # a word no memory holds
+    assert coverage(["cat", "name"], {"name", "cat"}, idf, unseen=6.0) == (1.0, 0.0)
+    assert coverage(["cat", "name"], {"name"}, idf, unseen=6.0)[1] == pytest.approx(2.0 / 6.0)
+    assert coverage([], {"x"}, idf, unseen=6.0) == (1.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("question", "kind", "yes", "no"),
+    [
+        ("How often do I play tennis?", "frequency", "I play every Saturday", "I like tennis"),
+        ("How many cats do I have?", "number", "I have two cats", "I have cats"),
+        ("テニスはどのくらいの頻度でしている？", "frequency", "毎週土曜にテニス", "テニスが好き"),
+        ("会議の予算はいくら？", "amount", "予算は300万円", "予算の話をした"),
+        ("締め切りは何日？", "date", "締め切りは2月9日", "締め切りの話"),
+    ],
+)
+def test_the_kind_of_answer(analyzer, question, kind, yes, no):
+    intent = analyzer.analyze(question, NOW)
+    assert asked(intent) == kind
+    assert states(kind, yes)
+    assert not states(kind, no)
+
+
+def test_a_question_asking_no_kind(analyzer):
+    assert asked(analyzer.analyze("What is my cat's name?", NOW)) is None
+
+
+def test_map_and_assess_label_by_confidence(analyzer):
+    cal = Calibration(
+        read=Map({"verifier": 1.0}, 0.0), unread=Map({"score": 4.0}, -2.0), high=0.7, answers=0.5
+    )
+    intent = analyzer.analyze("What is my cat's name?", NOW)
+    results = [_result("user: my cat is Luna", 0.9, 1), _result("user: I like dogs", 0.3, 2)]
+    sigs = [{"verifier": 3.0, "score": 0.9}, {"score": 0.3}]
+    out, answered = assess(results, sigs, cal)
+    assert out[0].confidence == pytest.approx(1 / (1 + 2.718281828**-3.0), rel=1e-6)
+    assert out[0].relevance is Relevance.HIGH
+    assert out[1].confidence == pytest.approx(1 / (1 + 2.718281828 ** (2.0 - 1.2)), rel=1e-6)
+    assert out[1].relevance is Relevance.MEDIUM  # was high by its score
+    assert answered.answered and answered.threshold == 0.5
+    assert out[0].signals["confidence_verifier"] == 3.0
+    low, answered = assess(results[1:], sigs[1:], cal)
+    assert not answered.answered
+    assert intent.query.startswith("What")
+
+
+def test_signals_without_the_verifier(analyzer, nlp):
+    intent = analyzer.analyze("What is the name of my hamster?", NOW)
+    results = [_result("user: My cat Luna sleeps all day.", 0.8)]
+    sigs = signals_of(intent, results, nlp.terms, {"name": 1.0, "cat": 3.0}, 7.0, None)
+    assert "verifier" not in sigs[0]
+    assert sigs[0]["coverage"] < 0.2  # hamster: in no memory
+    assert sigs[0]["unmatched"] == 1.0
+    assert sigs[0]["who"] == 1.0
+    assert sigs[0]["score"] == 0.8
+
+
+def test_the_shipped_calibration_loads():
+    cal = Calibration.load()
+    assert 0.0 < cal.answers < 1.0 and 0.0 < cal.high < 1.0
+    assert set(cal.read.weights) >= {"verifier"}
+    assert "verifier" not in cal.unread.weights
