@@ -29,7 +29,6 @@ import os
 import tempfile
 import threading
 from collections.abc import Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,7 @@ import numpy as np
 
 from retrieval.cpus import available_cpus
 from retrieval.embedding.base import QueriesInFlight, lower_priority, normalise
-from retrieval.embedding.e5_weights import METASPACE, E5Weights, EmbeddingLayer, shared_weights
+from retrieval.embedding.e5_weights import E5Weights, EmbeddingLayer, shared_weights
 
 logger = logging.getLogger(__name__)
 
@@ -244,22 +243,13 @@ class OnnxE5Embedder:
         self._all = _session(graph, self.cpus) if self.cpus > 1 else self._one
         self._docs = _background_session(graph, self.cpus)
         self._queries = QueriesInFlight()
-        self._words = lru_cache(maxsize=1 << 16)(self._word_ids)
 
     # -- tokens ---------------------------------------------------------------------------------
 
-    def _word_ids(self, word: str) -> tuple[int, ...]:
-        return tuple(self.tokenizer.ids_normalised(word))
-
     def token_ids(self, text: str) -> list[int]:
-        """The pieces of `text` (its prefix included), without <s> and </s>. No piece holds a
-        word marker but at its start, so every word (a marker and what follows up to the next)
-        is segmented on its own, and a word seen before is not segmented again."""
-        s = self.tokenizer.normalise(text)
-        out: list[int] = []
-        for word in s.split(METASPACE)[1:]:
-            out.extend(self._words(METASPACE + word))
-        return out
+        """The pieces of `text` (its prefix included), without <s> and </s>
+        (Tokenizer.word_ids: a word seen before is not segmented again)."""
+        return self.tokenizer.word_ids(text)
 
     def cost_units(self, text: str, prefix: str = "passage: ") -> int:
         """What embedding `text` as a document costs, in units of a short text's token: its

@@ -3,8 +3,7 @@ anything does.
 
 A result's signals, read against the question (`Signals`):
 - `verifier`: the logit of the verifier (retrieval.rank.verifier), which reads the question
-  against the memory; it reads the first result, and the next one when its score is within
-  CLOSE of the first's (at most VERIFIED in all);
+  against the memory: the first result (VERIFIED);
 - `coverage`: the share of the question's words the memory holds, each weighted by its IDF in
   the namespace (the keyword leg's term statistics): a word no memory of the namespace holds
   ("hamster" where only a cat was mentioned) weighs the most;
@@ -20,7 +19,8 @@ A result's signals, read against the question (`Signals`):
 The map from the signals to `confidence` is a logistic regression fitted on the dev sets' train
 split (scripts/verifier/fit.py writes `retrieval/data/verifier/confidence.json`: its
 coefficients, the figures on the held-out split, and the thresholds). A result the verifier did
-not read is mapped without it (the second set of coefficients). `relevance: high` means a
+not read is mapped without it (`unread`), one below the first COVERED without the words it holds
+either (`tail`). `relevance: high` means a
 confidence of at least `high` (the file's; docs/api.md), and the answer's `answered` says
 whether the first result's confidence reaches `answers`.
 """
@@ -41,10 +41,14 @@ from retrieval.rank.verifier import MODEL_DIR, Verifier, memory_window
 from retrieval.text.name_keys import latin_keys
 
 # The verifier reads the first result and, up to VERIFIED in all, each next one whose score is
-# at least CLOSE times the first's (a near tie), one pair a run: a pair costs ~3.6 ms here on
-# one thread, a batch of two 9.4 and of three 14.9 (padded, docs/confidence.md).
-VERIFIED = 2
+# at least CLOSE times the first's (a near tie), one pair a run: a LoCoMo pair costs ~3.6 ms here
+# on one thread, a batch of two 9.4 and of three 14.9 (padded). Reading the near tie too cost
+# the 10k bench ~1.8 ms more a request (paired, docs/confidence.md): the first only, for now.
+VERIFIED = 1
 CLOSE = 0.95
+# The words held (coverage, unmatched) are read of the first COVERED results (Sudachi on each,
+# ~0.2 ms); the results below them are mapped from who said them, the kind and the score.
+COVERED = 3
 
 SIGNALS = ("verifier", "coverage", "unmatched", "who", "kind", "score")
 
@@ -146,6 +150,7 @@ class Calibration:
 
     read: Map  # with the verifier's logit
     unread: Map  # without it
+    tail: Map  # without it and the words held (below the first COVERED)
     high: float  # `relevance: high` from this confidence up
     answers: float  # the answer says `answered` from this confidence of its first result up
 
@@ -155,6 +160,7 @@ class Calibration:
         return cls(
             read=Map(raw["read"]["weights"], raw["read"]["intercept"]),
             unread=Map(raw["unread"]["weights"], raw["unread"]["intercept"]),
+            tail=Map(raw["tail"]["weights"], raw["tail"]["intercept"]),
             high=float(raw["thresholds"]["high"]),
             answers=float(raw["thresholds"]["answers"]),
         )
@@ -180,14 +186,15 @@ def signals_of(
             text = label.group(0) + text
         window = memory_window(intent.query, text)
         texts.append(window)
-        held, lacked = coverage(intent.keywords, set(terms(window)), idf, unseen)
         sig = {
             "score": min(max(r.score, 0.0), 1.0),
-            "coverage": held,
-            "unmatched": lacked,
             "who": who(intent, c.content, c.metadata),
             "kind": 0.0 if kind is None else (1.0 if states(kind, window) else -1.0),
         }
+        if len(out) < COVERED:
+            sig["coverage"], sig["unmatched"] = coverage(
+                intent.keywords, set(terms(window)), idf, unseen
+            )
         out.append(sig)
     if verifier is not None and results:
         first = results[0].score
@@ -209,7 +216,10 @@ def assess(
     the calibration's threshold; a window's labels stay); and whether anything answers."""
     out = []
     for r, s in zip(results, sigs, strict=True):
-        conf = (calibration.read if "verifier" in s else calibration.unread)(s)
+        if "verifier" in s:
+            conf = calibration.read(s)
+        else:
+            conf = (calibration.unread if "coverage" in s else calibration.tail)(s)
         relevance = r.relevance
         if relevance in (Relevance.HIGH, Relevance.MEDIUM):
             relevance = Relevance.HIGH if conf >= calibration.high else Relevance.MEDIUM

@@ -68,9 +68,9 @@ def memory_window(question: str, text: str, chars: int = MEMORY_CHARS) -> str:
 
 def pair_ids(tokenizer: Tokenizer, question: str, memory: str) -> list[int]:
     """The token ids of one (question, memory) pair, as the verifier was trained on them."""
-    q = tokenizer.ids("query: " + question)[: QUESTION_TOKENS - 2]
+    q = tokenizer.word_ids("query: " + question)[: QUESTION_TOKENS - 2]
     room = PAIR_TOKENS - len(q) - 4
-    m = tokenizer.ids("passage: " + memory)[:room]
+    m = tokenizer.word_ids("passage: " + memory)[:room]
     bos, eos = tokenizer.bos, tokenizer.eos
     return [bos, *q, eos, eos, *m, eos]
 

@@ -154,6 +154,7 @@ def fit(rows: list[dict]) -> dict[str, Any]:
     for name, names in (
         ("read", SIGNALS),
         ("unread", tuple(s for s in SIGNALS if s != "verifier")),
+        ("tail", ("who", "kind", "score")),
     ):
         w, b = logistic(features(train, names), y)
         out[name] = {"weights": {k: round(float(v), 5) for k, v in zip(names, w, strict=True)},

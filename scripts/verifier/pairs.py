@@ -116,7 +116,10 @@ def answer_words(answer: object) -> set[str]:
 def swap_word(query: str, evidence: str, rank: Ranker) -> str | None:
     """The question's rarest word that the evidence holds (None without one)."""
     ev = set(words(evidence))
-    have = [w for w in set(_WORD.findall(query)) if w.lower() in ev and w.lower() not in STOP]
+    # sorted: a tie is broken the same way in every run (a set's order follows the hash seed)
+    have = [
+        w for w in sorted(set(_WORD.findall(query))) if w.lower() in ev and w.lower() not in STOP
+    ]
     have = [w for w in have if not w[:1].isupper()]  # not a name
     if have:
         return max(have, key=lambda w: rank.idf(w.lower()))

@@ -91,11 +91,15 @@ def test_a_question_asking_no_kind(analyzer):
 
 def test_map_and_assess_label_by_confidence(analyzer):
     cal = Calibration(
-        read=Map({"verifier": 1.0}, 0.0), unread=Map({"score": 4.0}, -2.0), high=0.7, answers=0.5
+        read=Map({"verifier": 1.0}, 0.0),
+        unread=Map({"score": 4.0}, -2.0),
+        tail=Map({"score": 1.0}, 0.0),
+        high=0.7,
+        answers=0.5,
     )
     intent = analyzer.analyze("What is my cat's name?", NOW)
     results = [_result("user: my cat is Luna", 0.9, 1), _result("user: I like dogs", 0.3, 2)]
-    sigs = [{"verifier": 3.0, "score": 0.9}, {"score": 0.3}]
+    sigs = [{"verifier": 3.0, "score": 0.9}, {"score": 0.3, "coverage": 1.0}]
     out, answered = assess(results, sigs, cal)
     assert out[0].confidence == pytest.approx(1 / (1 + 2.718281828**-3.0), rel=1e-6)
     assert out[0].relevance is Relevance.HIGH
@@ -124,3 +128,4 @@ def test_the_shipped_calibration_loads():
     assert 0.0 < cal.answers < 1.0 and 0.0 < cal.high < 1.0
     assert set(cal.read.weights) >= {"verifier"}
     assert "verifier" not in cal.unread.weights
+    assert set(cal.tail.weights) <= {"who", "kind", "score"}
