@@ -97,7 +97,10 @@ def _walk(value: Any, depth: int, path: str) -> None:
         return
     elif isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError(f"{path or 'value'}: NaN and Infinity are not JSON numbers")
+            raise ValueError(
+                f"{path or 'value'}: not a finite number (NaN, Infinity, or beyond a 64-bit "
+                "float, such as 1e400)"
+            )
     elif isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):

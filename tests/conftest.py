@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -11,7 +12,7 @@ import pytest
 
 from retrieval.api import create_app
 from retrieval.settings import Settings
-from tests.helpers import KEY_ALL, KEY_TEAM_A
+from tests.helpers import KEY_ALL, KEY_TEAM_A, running_server
 
 
 @pytest.fixture(scope="session")
@@ -100,3 +101,11 @@ async def authed(rt):
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c,
     ):
         yield c
+
+
+@pytest.fixture(scope="session")
+def served(rt) -> Iterator[str]:
+    """`retrieval serve` over the tests' database, for what needs a real HTTP server (the
+    server's own refusals, the framework adapters); its base URL."""
+    with running_server(rt.dsn) as url:
+        yield url

@@ -40,3 +40,14 @@ def test_every_file_the_architecture_names_is_there():
     assert len(named) > 30
     missing = sorted(p for p in named if not (ROOT / p).exists())
     assert not missing, missing
+
+
+async def test_a_writes_stage_seconds_are_the_keys_api_md_lists(client, ns):
+    text = (ROOT / "docs" / "api.md").read_text()
+    listed = re.search(r"\(`stage_seconds`: ((?:`\w+`, )+`\w+`)", text)
+    assert listed, "api.md lists the write's stages"
+    keys = re.findall(r"`(\w+)`", listed.group(1))
+    body = {"namespace": ns, "memories": [{"id": "a", "content": "ジムで筋トレをした"}]}
+    r = await client.post("/v1/memories", json=body)
+    assert r.status_code == 200, r.text
+    assert set(r.json()["stage_seconds"]) == set(keys)  # analyse and embed end in either order

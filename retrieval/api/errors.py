@@ -10,6 +10,7 @@ import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from retrieval import metrics as m
 from retrieval.errors import (
@@ -82,11 +83,14 @@ def _invalid_detail(exc: InvalidInput) -> list[dict[str, Any]]:
     out = []
     for e in exc.errors:
         field = str(e.get("field", ""))
+        # Where the value was: the body unless the error says otherwise (a listing's cursor
+        # is a query parameter).
+        where = str(e.get("in", "body"))
         if "index" in e:
-            loc: list[Any] = ["body", "memories", e["index"], field]
+            loc: list[Any] = [where, "memories", e["index"], field]
             field = f"memories.{e['index']}.{field}"
         else:
-            loc = ["body", *(int(p) if p.isdigit() else p for p in field.split(".") if p)]
+            loc = [where, *(int(p) if p.isdigit() else p for p in field.split(".") if p)]
         out.append(
             {
                 "loc": loc,
@@ -110,11 +114,34 @@ async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=422)
 
 
+# pydantic's own wording -> the API's one style: a lower-case phrase about the value, what it
+# must be or what is wrong with it (never "Value error, " or "Input should be").
+_STYLE = (
+    ("Value error, ", ""),
+    ("Assertion failed, ", ""),
+    ("Input should be ", "must be "),
+    ("List should have ", "must have "),
+    ("Dictionary should have ", "must have "),
+    ("Tuple should have ", "must have "),
+    ("Field required", "required"),
+)
+
+
+def styled(msg: str) -> str:
+    """A message in the API's one style (pydantic's prefixes and capitals taken off)."""
+    for before, after in _STYLE:
+        if msg.startswith(before):
+            msg = after + msg[len(before) :]
+    first = msg.split(" ", 1)[0]
+    # A capitalised word, not a name or an acronym (ISO, NaN, JSON) keeps its case otherwise.
+    return msg[:1].lower() + msg[1:] if first.isalpha() and first[1:].islower() else msg
+
+
 def _said(e: Any) -> dict[str, Any]:
     """A validation error as the API says it: the field by name (never a character offset)
     and a message about what was sent."""
     loc = list(e.get("loc", []))
-    kind, msg = e.get("type", ""), e.get("msg", "invalid")
+    kind, msg = e.get("type", ""), styled(str(e.get("msg", "invalid")))
     field = ".".join(str(p) for p in loc[1:]) or "body"
     ctx = e.get("ctx") or {}
     if kind == "json_invalid":
@@ -130,6 +157,34 @@ def _said(e: Any) -> dict[str, Any]:
     elif kind == "model_attributes_type" and field == "body":
         msg = "the body must be a JSON object"
     return {"loc": loc, "field": field, "msg": msg, "type": kind}
+
+
+# Nesting deeper than Python's JSON parser goes (its recursion limit, about 1,000 levels).
+_TOO_DEEP = "nested deeper than the JSON parser reads (about 1,000 levels of arrays or objects)"
+
+
+def unparsed(exc: BaseException) -> dict[str, Any] | None:
+    """What made a body unreadable as JSON beyond malformed syntax (which pydantic reports):
+    bytes that are not UTF-8, named by the character before them, or nesting too deep; None
+    for anything else."""
+    if isinstance(exc, UnicodeDecodeError):
+        raw = exc.object if isinstance(exc.object, bytes) else b""
+        char = len(raw[: exc.start].decode("utf-8", errors="replace")) + 1
+        msg = f"not UTF-8: byte 0x{raw[exc.start]:02x} at character {char} of the body"
+        return {"loc": ["body"], "field": "body", "msg": msg, "type": "utf8_invalid"}
+    if isinstance(exc, RecursionError):
+        return {"loc": ["body"], "field": "body", "msg": _TOO_DEEP, "type": "json_too_deep"}
+    return None
+
+
+async def _on_http(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's and FastAPI's own refusals: a body FastAPI could not parse for a reason
+    other than its syntax is a 422 saying which; the rest keep their status, as JSON."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 400 and (said := unparsed(exc.__cause__ or exc)) is not None:
+        _count_rejected_ingest(request)
+        return JSONResponse({"detail": [said]}, status_code=422)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
 
 async def _on_error(request: Request, exc: Exception) -> JSONResponse:
@@ -165,6 +220,7 @@ async def _on_error(request: Request, exc: Exception) -> JSONResponse:
 def add_handlers(app: FastAPI) -> None:
     """The handlers for every error type the app answers."""
     app.add_exception_handler(RequestValidationError, _on_validation)
+    app.add_exception_handler(HTTPException, _on_http)
     # asyncpg's internal errors by their own class too: only the catch-all `Exception` goes to
     # Starlette's outermost middleware, which sends the handler's answer and then raises the
     # error again to the server (a 503 mid-restart logged as an application crash, and raised

@@ -36,7 +36,9 @@ def make_cursor(namespace: str, page: Page, last_id: str) -> str:
 def read_cursor(cursor: str, namespace: str, page: Page) -> str:
     """The id a cursor says the next page begins after; InvalidInput when it is not one this
     listing gave."""
-    bad = InvalidInput([{"field": "cursor", "reason": "not a cursor this listing gave"}])
+    bad = InvalidInput(
+        [{"field": "cursor", "in": "query", "reason": "not a cursor this listing gave"}]
+    )
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         body = json.loads(raw.decode("utf-8"))

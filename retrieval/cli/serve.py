@@ -100,6 +100,8 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             workers=args.workers,
+            # The server's own refusals (an unreadable request) in the API's JSON contract.
+            http="retrieval.api.protocol:JsonHttpProtocol",
             log_level=settings.log_level.lower(),
             log_config=logging_config(settings.log_level, settings.log_format),
         )
