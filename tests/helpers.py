@@ -58,10 +58,14 @@ def free_port() -> int:
 
 @contextmanager
 def running_server(
-    dsn: str, env: dict[str, str] | None = None, ready_s: float = 60.0, args: tuple[str, ...] = ()
+    dsn: str,
+    env: dict[str, str] | None = None,
+    ready_s: float = 60.0,
+    args: tuple[str, ...] = (),
+    cwd: Path = ROOT,
 ) -> Iterator[str]:
-    """`retrieval serve` (with args) on a free loopback port over dsn; yields its base URL,
-    stops it after."""
+    """`retrieval serve` (with args) on a free loopback port over dsn, run from cwd (where the
+    `retrieval` package is first looked for); yields its base URL, stops it after."""
     port = free_port()
     log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"retrieval-serve-{port}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
@@ -76,7 +80,7 @@ def running_server(
             str(port),
             *args,
         ],
-        cwd=ROOT,
+        cwd=cwd,
         env={**os.environ, "DATABASE_URL": dsn, **(env or {})},
         stdout=log,
         stderr=log,

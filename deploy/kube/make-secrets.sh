@@ -1,7 +1,8 @@
 #!/bin/sh
 # Makes the secrets the manifests reference, once: an existing secret is never overwritten.
 #   sh deploy/kube/make-secrets.sh with-postgres      the in-cluster example database: a random
-#                                                     password for it, DATABASE_URL to match
+#                                                     password for it (the service reads it as
+#                                                     PGPASSWORD; its DATABASE_URL has none)
 #   DATABASE_URL=postgresql://… sh deploy/kube/make-secrets.sh external
 # Both make a random API key (printed once: give it to the context assembler).
 set -eu
@@ -13,16 +14,14 @@ if have retrieval-secrets; then
   exit 0
 fi
 key="$(random)"
+url=""
 case "$mode" in
   with-postgres)
     if have retrieval-postgres; then
-      echo "retrieval-postgres exists but retrieval-secrets does not: make retrieval-secrets" \
-        "by hand with the database's password" >&2
-      exit 2
+      echo "retrieval-postgres exists: kept as it is (the database's password)"
+    else
+      kubectl create secret generic retrieval-postgres --from-literal=POSTGRES_PASSWORD="$(random)"
     fi
-    password="$(random)"
-    kubectl create secret generic retrieval-postgres --from-literal=POSTGRES_PASSWORD="$password"
-    url="postgresql://retrieval:${password}@retrieval-postgres:5432/retrieval"
     ;;
   external)
     url="${DATABASE_URL:?set DATABASE_URL to your PostgreSQL}"
@@ -32,6 +31,10 @@ case "$mode" in
     exit 2
     ;;
 esac
-kubectl create secret generic retrieval-secrets \
-  --from-literal=DATABASE_URL="$url" --from-literal=RETRIEVAL_API_KEYS="${key}:*"
+if [ -n "$url" ]; then
+  kubectl create secret generic retrieval-secrets \
+    --from-literal=DATABASE_URL="$url" --from-literal=RETRIEVAL_API_KEYS="${key}:*"
+else
+  kubectl create secret generic retrieval-secrets --from-literal=RETRIEVAL_API_KEYS="${key}:*"
+fi
 echo "API key (every namespace): ${key}"

