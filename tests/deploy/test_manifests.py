@@ -380,3 +380,23 @@ def test_the_pods_reach_dns_and_their_database_only(overlay):
         assert [p["port"] for p in database["ports"]] == [5432]
         assert len(database["to"]) == 1
     assert "ingress" not in policies["retrieval-migrate"]["spec"]  # nothing reaches the Job
+
+
+def test_the_embedding_endpoint_component_opens_the_service_and_only_it(tmp_path):
+    overlay = tmp_path / "kube" / "overlays" / "mine"
+    shutil.copytree(KUBE, tmp_path / "kube")
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        "resources: [../external-postgres]\ncomponents: [../../components/embedding-endpoint]\n"
+    )
+    out = subprocess.run(
+        [_kubectl(), "kustomize", str(overlay)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    objects = [d for d in yaml.safe_load_all(out.stdout) if d]
+    policies = {o["metadata"]["name"]: o for o in objects if o["kind"] == "NetworkPolicy"}
+    for o in policies.values():
+        kubernetes_validate.validate(o, K8S_VERSION, strict=True)
+    service = policies["retrieval"]["spec"]["egress"]
+    assert len(service) == 3 and [p["port"] for p in service[2]["ports"]] == [443]
+    assert len(policies["retrieval-migrate"]["spec"]["egress"]) == 2
