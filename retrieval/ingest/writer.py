@@ -1,17 +1,21 @@
 """The write path's owner: one `Writer`, built once (retrieval.runtime) beside the `Orchestrator`,
 through which every batch is written, whatever its entry: the route (`store`), a queued job and
 the sample loader (`write`), an import (`rows`, staged by the importer). It also does the small
-writes of one memory (`archive`, `feedback`).
+writes of one memory (`archive`, `feedback`) and the erasures.
 
-`store(items, namespace, tenant)`:
+A write reads top-down, a stage a module, each handing the next a typed object:
 
-1. the batch's bounds and its ids (a new one where an item gives none);
-2. what is stored under those ids (an unchanged text keeps its vector and terms);
-3. the cost of its embedding, estimated by the recipe at the rate measured here;
-4. within RETRIEVAL_INLINE_EMBED_S, written now (`write`: analysis, embedding, rows, one
-   transaction, metrics, the write's WAL position for read-your-writes), after the tenant's
-   share; above it, stored as a job and answered 202 (retrieval.ingest.jobs), which a worker
-   writes later through `write` too.
+1. `recipe.plan`: the batch's ids (a new one where an item gives none; the batch's size and
+   repeated ids checked, once), one read of what is stored (the rows under those ids, the turns
+   its turns follow), what stands of each unchanged memory, each changed one's recipe and every
+   text to embed, in order: a `Plan`;
+2. `store` only: the cost of that embedding at the rate measured here; above
+   RETRIEVAL_INLINE_EMBED_S the batch is stored as a job and answered 202 (retrieval.ingest.jobs),
+   which a worker writes later through `write`; within it, after the tenant's share, written now;
+3. the analysis (`index.in_threads`: terms, names, attribute) beside `recipe.embed` (an
+   `Embedded`: each changed memory's vector and passages);
+4. `rows.write`: the rows, one transaction under the write deadline;
+5. the report (`IngestReport`), the metrics and the write's WAL position (read-your-writes).
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -29,27 +33,65 @@ from db.erasure import Erased
 from db.session import session
 from retrieval import metrics as m
 from retrieval.embedding.base import Embedder
+from retrieval.embedding.documents import Tick
 from retrieval.embedding.meter import EmbedMeter
 from retrieval.errors import NotFound
-from retrieval.ingest.index import Indexer, in_threads
+from retrieval.ingest import recipe, rows
+from retrieval.ingest.index import Indexed, Indexer, in_threads
 from retrieval.ingest.items import MemoryItem
 from retrieval.ingest.jobs import WriteJobs
 from retrieval.ingest.purges import Purges
-from retrieval.ingest.write import (
-    IngestReport,
-    Lookup,
-    Vectors,
-    assign_ids,
-    embedding_load,
-    look_up,
-    prepare_rows,
-    write_rows,
-)
+from retrieval.ingest.recipe import Embedded, Plan, Vectors
 from retrieval.replicas import ReadRouter
 from retrieval.settings import Settings
 from retrieval.tenants import TenantBudget
 from retrieval.text.nlp import JapaneseNLP
-from retrieval.validation import RequestLimits, check_batch, check_namespace
+from retrieval.validation import RequestLimits, check_namespace
+
+A = TypeVar("A")
+B = TypeVar("B")
+
+
+@dataclass
+class IngestReport:
+    """What a write did (the API's answer to it: `to_json`)."""
+
+    namespace: str
+    received: int
+    inserted: int
+    updated: int
+    embedded: int
+    ids: list[str]
+    seconds: float
+    # Seconds each part took: lookup (the plan's read), analyse, embed, write.
+    stage_s: dict[str, float] = field(default_factory=dict)
+    # The primary's WAL position after the write (with replicas; read-your-writes).
+    lsn: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "received": self.received,
+            "inserted": self.inserted,
+            "updated": self.updated,
+            "embedded": self.embedded,
+            "ids": self.ids,
+            "seconds": round(self.seconds, 3),
+            "stage_seconds": {k: round(v, 3) for k, v in self.stage_s.items()},
+            "lsn": self.lsn,
+        }
+
+
+async def _both(a: Awaitable[A], b: Awaitable[B]) -> tuple[A, B]:
+    """Both results; when one fails, the other is cancelled (and waited for) first."""
+    ta, tb = asyncio.ensure_future(a), asyncio.ensure_future(b)
+    try:
+        return await ta, await tb
+    finally:
+        for t in (ta, tb):
+            if not t.done():
+                t.cancel()
+        await asyncio.gather(ta, tb, return_exceptions=True)
 
 
 @dataclass(frozen=True)
@@ -127,19 +169,22 @@ class Writer:
 
     async def store(self, items: list[MemoryItem], namespace: str, tenant: str) -> Stored:
         """Store a validated batch: written now, or queued as a job (module docstring)."""
-        check_batch([it.id for it in items], self.limits)
-        ids = assign_ids(items)
-        found = await look_up(self.pool, namespace, items, ids, timeout_s=self.timeout_s)
-        texts = embedding_load(items, found.need)
+        t0, clock = time.perf_counter(), m.StageClock()
+        check_namespace(namespace)
+        planned = await recipe.plan(
+            self.pool, namespace, items, max_batch=self.limits.max_batch, timeout_s=self.timeout_s
+        )
+        clock.lap("lookup")
+        texts = planned.texts
         estimate = await asyncio.to_thread(self.meter.estimate_s, texts) if texts else 0.0
         if estimate > self.inline_embed_s and self.jobs is not None:
-            job = await self.jobs.submit(namespace, items, ids, estimate, tenant=tenant)
+            job = await self.jobs.submit(namespace, items, planned.ids, estimate, tenant=tenant)
             m.INGEST_JOBS.labels("queued").inc()
             return Stored(job=job)
         # A write's embedding is the tenant's processing time too: it waits for its share.
         advance = await self.budget.admit(tenant) if self.budget is not None else 0.0
         try:
-            report = await self.write(items, namespace, ids=ids, lookup=found)
+            report = await self._written(planned, clock, t0)
         finally:
             if self.budget is not None:
                 self.budget.settle(tenant, advance, estimate)
@@ -152,49 +197,72 @@ class Writer:
         *,
         ids: list[str] | None = None,
         vectors: Vectors | None = None,
-        lookup: Lookup | None = None,
-        tick: Callable[[], Awaitable[None]] | None = None,
+        tick: Tick | None = None,
     ) -> IngestReport:
         """Store items idempotently (by id) in one transaction; nothing is written on any error.
-        `ids` fixed already (else assigned), `vectors` given per item (None: embedded),
-        `lookup` what look_up gave, `tick` awaited between embedding calls. The write deadline
-        bounds the transaction and each read before it, not the embedding."""
-        t0 = time.perf_counter()
+        `ids` fixed already (else assigned), `vectors` given per item (None: embedded), `tick`
+        awaited between embedding calls. The write deadline bounds the transaction and the read
+        before it, not the embedding."""
+        t0, clock = time.perf_counter(), m.StageClock()
         check_namespace(namespace)
-        ids = ids if ids is not None else assign_ids(items)
-        clock = m.StageClock()
-        rows, embedded = await prepare_rows(
-            self.pool,
-            self.embedder,
-            in_threads(self.nlp),
-            items,
-            ids,
-            namespace=namespace,
-            vectors=vectors,
-            batch_size=self.batch_size,
-            lookup=lookup,
-            meter=self.meter,
-            tick=tick,
-            clock=clock,
-            timeout_s=self.timeout_s,
+        planned = await recipe.plan(
+            self.pool, namespace, items, ids=ids, vectors=vectors, timeout_s=self.timeout_s
         )
-        inserted = await write_rows(self.pool, namespace, rows, self.timeout_s)
+        clock.lap("lookup")
+        return await self._written(planned, clock, t0, tick=tick)
+
+    async def _written(
+        self, planned: Plan, clock: m.StageClock, t0: float, *, tick: Tick | None = None
+    ) -> IngestReport:
+        """The plan analysed and embedded, its rows written, the report."""
+        analysed, embedded = await self._prepared(planned, in_threads(self.nlp), clock, tick)
+        inserted = await rows.write(self.pool, planned, analysed, embedded, self.timeout_s)
         clock.lap("write")
+        received = len(planned.items)
         m.INGESTED.labels("insert").inc(inserted)
-        m.INGESTED.labels("update").inc(len(items) - inserted)
+        m.INGESTED.labels("update").inc(received - inserted)
         return IngestReport(
-            namespace=namespace,
-            received=len(items),
+            namespace=planned.namespace,
+            received=received,
             inserted=inserted,
-            updated=len(items) - inserted,
-            reembedded=embedded,
-            ids=ids,
+            updated=received - inserted,
+            embedded=len(planned.need),
+            ids=planned.ids,
             seconds=time.perf_counter() - t0,
             stage_s=clock.seconds(),
             # With replicas: the primary's WAL position after the write; this namespace's reads
             # wait for a replica that has replayed it (read-your-writes).
-            lsn=await self.router.note_write(namespace),
+            lsn=await self.router.note_write(planned.namespace),
         )
+
+    async def _prepared(
+        self,
+        planned: Plan,
+        analyse: Indexer,
+        clock: m.StageClock | None = None,
+        tick: Tick | None = None,
+    ) -> tuple[list[Indexed], Embedded]:
+        """The plan's analysis and embedding, side by side: the analysis on a thread of the
+        default executor, the embedding on the write path's background threads (each timed
+        into `clock`: analyse, embed; the embedding's rate into the meter when timed)."""
+
+        async def timed(stage: str, work: Awaitable[A]) -> A:
+            t = time.perf_counter()
+            try:
+                return await work
+            finally:
+                if clock is not None:
+                    clock.add(stage, (time.perf_counter() - t) * 1000.0)
+
+        meter = self.meter if clock is not None else None
+        embedding = recipe.embed(planned, self.embedder, self.batch_size, meter=meter, tick=tick)
+        got = await _both(
+            timed("analyse", analyse(planned.read, planned.want_entities)),
+            timed("embed", embedding),
+        )
+        if clock is not None:
+            clock.mark()  # the two have their own times, above
+        return got
 
     async def rows(
         self,
@@ -207,16 +275,9 @@ class Writer:
     ) -> tuple[list[memories.MemoryRow], int]:
         """The rows of a chunk of an import (staged, then published by the importer), and how
         many were embedded; `analyse` runs the analysis (in the import's processes)."""
-        return await prepare_rows(
-            self.pool,
-            self.embedder,
-            analyse,
-            items,
-            ids,
-            namespace=namespace,
-            vectors=vectors,
-            batch_size=self.batch_size,
-        )
+        planned = await recipe.plan(self.pool, namespace, items, ids=ids, vectors=vectors)
+        analysed, embedded = await self._prepared(planned, analyse)
+        return rows.make_rows(planned, analysed, embedded), len(planned.need)
 
     async def archive(self, namespace: str, memory_id: str) -> None:
         """Archive a memory: kept, never returned by a search again; NotFound when absent."""

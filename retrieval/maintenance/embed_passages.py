@@ -11,7 +11,7 @@ import asyncpg
 from db import pass_passages as db_passages
 from retrieval.embedding.base import Embedder
 from retrieval.embedding.documents import embed_texts
-from retrieval.embedding.texts import recipe
+from retrieval.ingest.recipe import recipe
 from retrieval.maintenance.passes import batches, finish
 from retrieval.text.passages import SPLIT_ABOVE
 

@@ -1,6 +1,6 @@
 """`retrieval reembed-turns`: embed the conversation turns a store holds from before migration
 0013 (each embedded alone) after the turn each follows, as a write embeds them now (the recipe,
-retrieval.embedding.texts), resumably. Memories that follow no turn are not read again."""
+retrieval.ingest.recipe), resumably. Memories that follow no turn are not read again."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ import asyncpg
 from db import pass_turn_vectors as db_turns
 from retrieval.embedding.base import Embedder
 from retrieval.embedding.documents import embed_texts
-from retrieval.embedding.texts import recipe
 from retrieval.ingest.items import Link, MemoryItem
-from retrieval.ingest.turns import predecessors
+from retrieval.ingest.recipe import predecessors, recipe
 from retrieval.maintenance.passes import batches, finish
 
 logger = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ from collections.abc import Callable
 import asyncpg
 
 from db import pass_terms as db_terms
-from retrieval.embedding.texts import memory_text
 from retrieval.ingest.index import index_texts, word_count
+from retrieval.ingest.recipe import memory_text
 from retrieval.maintenance.passes import batches
 from retrieval.text.nlp import TOKENIZER_VERSION, JapaneseNLP
 

@@ -18,7 +18,7 @@ rest of the reranking — 22 ms a longdoc query in the reranker, and as much aga
 the seeds of the second wave. With the index (SpanIndex: each span's bigrams as sorted integer
 codes) a candidate's coverage is one binary search of all the query's bigrams, and a request's
 candidates are scored together (focus_all): 50 long candidates of the longdoc set cost ~6 ms
-where testing substrings cost ~19 (docs/benchmarks.md). The cache is keyed by the memory (its
+where testing substrings cost ~19 (docs/benchmarks-log.md). The cache is keyed by the memory (its
 row id) as well as its text: a tenant's request must not run faster because another tenant's
 memory of the same text was read a moment ago (its timing would tell that the text is there).
 """

@@ -4,7 +4,7 @@ Every leg returns up to k memories, and on the long-memory set (articles of 4,75
 median, up to 38,037) the legs of one request moved ~950,000 characters from the server — the
 same articles again and again (the vector, passage and keyword legs find mostly the same ones),
 decoded each time, for a reranker that reads a few passages of each. Replaying the statements
-of 100 longdoc requests on one connection (docs/benchmarks.md, "contents by reference"): 20.7
+of 100 longdoc requests on one connection (docs/benchmarks-log.md, "contents by reference"): 20.7
 ms a request with the contents, 13.4 without.
 
 So a leg's statement returns a content of at most INLINE_BYTES as it is and a longer one by

@@ -133,7 +133,7 @@ def _seed_args(seeds: tuple[tuple[str, float], ...]) -> tuple[list[str], list[fl
 
 
 # A memory answers "when" by stating one date (「アカネの提出期限は2月9日」); a passage with
-# several dates in it proves little. Measured (docs/benchmarks.md): without this, JaQuAD-semantic
+# several dates in it proves little. Measured (docs/benchmarks-log.md): without this, JaQuAD-semantic
 # dev lost 0.6 points of MRR@10 to neighbouring Wikipedia passages full of years.
 ANSWER_MAX_MENTIONS = 1
 
@@ -243,7 +243,7 @@ async def entity(run: SearchRun, given: Given) -> list[Candidate]:
     Not from a long memory: an article or minutes of thousands of characters names dozens of
     people and things, so sharing one of them with it says little of the question, and finding
     every memory that shares any was this source's whole cost on the long-memory set (p50 49
-    ms, for no change in its ranking: docs/benchmarks.md)."""
+    ms, for no change in its ranking: docs/benchmarks-log.md)."""
     short = tuple(s for s in given.seeds if s[0] not in given.long_seeds)
     if given.seeds and not short:
         raise Skip("every seed is a long memory: what it names says little of the question")

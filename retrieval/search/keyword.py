@@ -66,7 +66,7 @@ KEYWORD_SQL_UNGROUPED = _keyword_sql(grouped=False)
 
 # Postings read per query term, best impact first. A term in more memories than this is common
 # (IDF low): only its strongest postings count. Measured: 2,000 keeps JSQuAD's MRR (13.4k
-# passages) and bounds the leg at 1M memories (docs/benchmarks.md).
+# passages) and bounds the leg at 1M memories (docs/benchmarks-log.md).
 POSTINGS_PER_TERM = 2000
 
 # BM25's term-frequency saturation and length normalisation (the usual values).

@@ -57,7 +57,7 @@ async def leg_connection(
     statements that start from a few given rows (the hops from their seeds, the results'
     context) the plan is the same whatever the values, and planning cost as much as running:
     on LoCoMo 1.3 of 2.7 ms for the entity hop, 0.85 of 1.3 ms for the context
-    (docs/benchmarks.md, "tenth release: planned once")."""
+    (docs/benchmarks-log.md, "tenth release: planned once")."""
     # The transaction's own statement timeout and plan cache mode, set with its BEGIN.
     local = {
         "statement_timeout": max(1, int(run.timeout_s * 1000)),

@@ -34,7 +34,7 @@ ORDER BY {order} LIMIT $7"""
 
 
 # Returns the k nearest live memories by inner product (HNSW; iterative scan under filters): the
-# cosine for a unit vector, the mean of two cosines for a turn's (retrieval/ingest/turns.py).
+# cosine for a unit vector, the mean of two cosines for a turn's (retrieval/ingest/recipe.py).
 VECTOR_SQL = _knn_sql("m.embedding <#> $6")
 
 # The same without the HNSW index: exact distances to every memory that passes the filters. The
@@ -80,7 +80,7 @@ SELECT count(*) FROM (
   LIMIT $4) AS w"""
 
 # A window holding at most this many memories is searched exactly. Measured at 1M memories
-# (docs/benchmarks.md): HNSW with an iterative scan took 45-110 ms for a 1-day window of 3.8k
+# (docs/benchmarks-log.md): HNSW with an iterative scan took 45-110 ms for a 1-day window of 3.8k
 # memories, where only ~0.4 % of the graph passes the filter; exact distances to those 3.8k took
 # 18 ms, and are exact. Past a few thousand rows exact distances cost more than the graph walk.
 # Over the weekly copies (0009, 0010) a 1-day window of 4,757 costs 5 ms exactly (p50).

@@ -2,7 +2,7 @@
 so that every part of the memory can be found by meaning.
 
 A memory whose content is at most SPLIT_ABOVE characters has no passages: its one vector (title
-and content: the recipe, retrieval.embedding.texts) already sees all of it. A longer one is cut
+and content: the recipe, retrieval.ingest.recipe) already sees all of it. A longer one is cut
 into passages of about PASSAGE_CHARS characters, never more than PASSAGE_MAX_CHARS: sentences
 (Japanese 。！？, English . ! ? before a space, line breaks) are packed in order, a passage ends
 early at a paragraph break once it holds half its share, and a short last sentence is repeated

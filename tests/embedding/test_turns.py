@@ -9,9 +9,7 @@ from pgvector import Vector
 
 from db.memories import StoredTurn
 from retrieval.api.items import parse_items
-from retrieval.embedding.texts import PREDECESSOR_CHARS, turn_text
-from retrieval.ingest.turns import batch_predecessors
-from retrieval.ingest.write import embedding_load
+from retrieval.ingest.recipe import PREDECESSOR_CHARS, batch_predecessors, plan, turn_text
 from retrieval.search.vector import EXACT_VECTOR_SQL, VECTOR_SQL
 from tests.helpers import ingest_items as _ingest
 
@@ -141,7 +139,7 @@ def test_turns_in_one_write_follow_by_time_then_position():
     assert batch_predecessors(items, [4]) == {4: 0}
 
 
-def test_the_context_is_the_end_of_the_turn_before_and_the_cost_estimate_counts_it():
+async def test_the_context_is_the_end_of_the_turn_before_and_the_cost_estimate_counts_it(rt, ns):
     long_before = StoredTurn("Title", "x" * 3000, datetime(2026, 1, 1, tzinfo=UTC))
     text = turn_text(long_before, "own words")
     assert text.endswith("x\nown words") and len(text) == PREDECESSOR_CHARS + len("\nown words")
@@ -149,5 +147,11 @@ def test_the_context_is_the_end_of_the_turn_before_and_the_cost_estimate_counts_
         turn_text(long_before, "y" * 5000).endswith("y")
         and len(turn_text(long_before, "y" * 5000)) == 2000
     )
-    items = parse_items([{"content": "a turn", "thread": "t"}, {"content": "a note"}])
-    assert embedding_load(items, [0, 1]) == ["a turn", "a note", "a turn\na turn"]
+    # The plan's texts (what is embedded, and what the cost estimate counts): a turn after the
+    # stored turn it follows is embedded alone and after it; a note alone.
+    await _ingest(rt, ns, [{"id": "t1", "content": "a turn", "thread": "t", "created_at": _at(0)}])
+    items = parse_items(
+        [{"content": "the next", "thread": "t", "created_at": _at(1)}, {"content": "a note"}]
+    )
+    planned = await plan(rt.pool, ns, items)
+    assert planned.texts == ["the next", "a note", "a turn\nthe next"]

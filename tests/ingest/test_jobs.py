@@ -118,21 +118,21 @@ async def test_a_scoped_key_reads_no_other_namespaces_job(rt, ns):
 
 
 async def test_the_write_deadline_bounds_the_transaction_not_the_embedding(rt, ns):
-    """Ten passages take seconds to embed here; the transaction takes milliseconds. Before, the
+    """Forty memories take seconds to embed here; the transaction takes milliseconds. Before, the
     deadline covered both and this write was a 503 every time it was sent."""
     runtime = _runtime(rt, write_timeout_s=0.5, inline_embed_s=600.0)
     text = (
         "東京の下町で育った祖父は、毎朝の散歩の途中で見かけた季節の花の名前を手帳に書き留めていた。"
         * 3
     )
-    items = [{"id": f"p{i}", "content": f"{i}: {text}"} for i in range(10)]
+    items = [{"id": f"p{i}", "content": f"{i}: {text}"} for i in range(40)]
     async with app_client(runtime) as c:
         t = time.monotonic()
         r = await c.post("/v1/memories", json={"namespace": ns, "memories": items})
         took = time.monotonic() - t
     assert r.status_code == 200, r.text
-    assert r.json()["inserted"] == 10
-    print(f"10 passages of {len(text)} characters: {took:.2f} s, deadline 0.5 s")
+    assert r.json()["inserted"] == 40
+    print(f"40 memories of {len(text)} characters: {took:.2f} s, deadline 0.5 s")
     assert took > 0.5  # the embedding alone took longer than the deadline
 
 

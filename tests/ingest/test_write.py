@@ -47,9 +47,9 @@ async def test_reingest_is_idempotent_and_updates(rt, ns):
     items = [{"id": "a", "content": "ジムで筋トレをした"}, {"id": "b", "content": "映画を観た"}]
     first = await _ingest(rt, ns, items)
     again = await _ingest(rt, ns, items)
-    assert (first.inserted, again.inserted, again.updated, again.reembedded) == (2, 0, 2, 0)
+    assert (first.inserted, again.inserted, again.updated, again.embedded) == (2, 0, 2, 0)
     changed = await _ingest(rt, ns, [{"id": "a", "content": "ランニングで5km走った"}])
-    assert changed.reembedded == 1
+    assert changed.embedded == 1
     async with rt.pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM memories WHERE namespace = $1", ns) == 2
         stats = await conn.fetchrow(
@@ -223,6 +223,6 @@ async def test_an_unchanged_memory_written_before_attributes_were_read_gets_its_
         assert await conn.fetchval(sql, ns) == "residence"
         await conn.execute("UPDATE memories SET fact = NULL WHERE namespace = $1", ns)
     report = await rt.writer.write(parse_items(item), ns)
-    assert report.reembedded == 0  # unchanged: nothing analysed or embedded again
+    assert report.embedded == 0  # unchanged: nothing analysed or embedded again
     async with rt.pool.acquire() as conn:
         assert await conn.fetchval(sql, ns) == "residence"

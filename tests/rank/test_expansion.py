@@ -121,7 +121,7 @@ async def test_an_answer_worded_otherwise_is_reached_through_the_right_persons_p
     """The deadline says 提出期限 (no word of the question) and another 沙織 ran a project told
     the same way: the full name picks the meeting, the stated date picks the memory. (Where the
     other 沙織's meeting is told in the question's own words, 打ち合わせしたプロジェクト, those
-    words can still outweigh the name in a store this small: docs/benchmarks.md.)"""
+    words can still outweigh the name in a store this small: docs/benchmarks-log.md.)"""
     await _put(rt, ns, _diary())
     q = "林沙織さんと打ち合わせしたプロジェクトの締め切りはいつ？"
     resp = await _ask(rt, ns, q)

@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 
 from retrieval.analysis.strategy import KEYWORD_BOOST
 from retrieval.api.items import parse_items
-from retrieval.embedding.texts import mean_direction
-from retrieval.ingest.write import embedding_load
+from retrieval.ingest.recipe import mean_direction, plan
 from retrieval.models import Highlight, Relevance, Result, RetrievalOptions, Source
 from retrieval.rank.budget import fit
 from retrieval.rank.highlight import (
@@ -290,9 +289,9 @@ def test_the_budget_keeps_whole_results_then_highlights_and_never_goes_past_it()
     assert kept == [] and report.omitted == ["a", "b", "c", "d"] and report.used_chars == 0
 
 
-def test_a_long_write_embeds_its_passages_and_a_short_one_itself():
+async def test_a_long_write_embeds_its_passages_and_a_short_one_itself(rt, ns):
     items = parse_items([{"content": LONG, "title": "百科"}, {"content": "短いメモ"}])
-    texts = embedding_load(items, [0, 1])
+    texts = (await plan(rt.pool, ns, items)).texts
     assert texts[0] == "短いメモ"
     assert len(texts) == 1 + len(split_passages(LONG))
     assert all(t.startswith("百科\n") for t in texts[1:])
@@ -346,7 +345,7 @@ async def test_the_same_long_text_again_keeps_its_passages(rt, ns):
     await ingest_items(rt, ns, [item])
     before = await _passages(rt, ns)
     report = await ingest_items(rt, ns, [item])
-    assert report.reembedded == 0 and await _passages(rt, ns) == before != []
+    assert report.embedded == 0 and await _passages(rt, ns) == before != []
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,94 @@
+"""A write's last stage: its plan (retrieval.ingest.recipe), analysed and embedded, becomes the
+stored rows, written in one transaction under the write deadline. An unchanged memory keeps
+its vector, terms, names and attribute."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+
+from db import memories
+from db.memories import MemoryRow
+from retrieval.errors import StoreUnavailable
+from retrieval.ingest.index import Indexed, word_count
+from retrieval.ingest.items import MemoryItem
+from retrieval.ingest.recipe import Embedded, PassageRow, Plan
+from retrieval.text.nlp import normalize_entity
+
+
+def make_rows(planned: Plan, analysed: list[Indexed], embedded: Embedded) -> list[MemoryRow]:
+    """Each item's row: a changed one from its analysis (`analysed`, in `planned.need`'s order)
+    and its embedding, an unchanged one from what stands of it."""
+    fresh = dict(zip(planned.need, analysed, strict=True))
+    rows = []
+    for i, it in enumerate(planned.items):
+        kept = planned.kept.get(i)
+        if kept is None:
+            terms, found, fact = fresh[i]
+            vector: Any = embedded.vectors[i]
+            passages = embedded.passages.get(i)
+        else:
+            terms, found, fact, vector = kept.terms, kept.entities, kept.fact, kept.vector
+            passages = None
+        rows.append(_row(planned.ids[i], it, vector, terms, found, fact, passages))
+    return rows
+
+
+def _row(
+    external_id: str,
+    it: MemoryItem,
+    embedding: Any,
+    terms: list[str],
+    found: list[tuple[str, float]],
+    fact: str,
+    passages: list[PassageRow] | None,
+) -> MemoryRow:
+    """The stored row of an item; entities it names itself replace the extracted ones;
+    `passages` None keeps the stored ones (the text is unchanged)."""
+    given = [(normalize_entity(e), 1.0) for e in it.entities] if it.entities is not None else None
+    return MemoryRow(
+        external_id=external_id,
+        content=it.content,
+        title=it.title,
+        memory_type=it.memory_type,
+        source_type=it.source_type,
+        metadata=it.metadata,
+        embedding=embedding,
+        search_tokens=" ".join(terms),
+        token_count=word_count(terms),
+        created_at=it.created_at,
+        expires_at=it.expires_at,
+        thread=it.thread,
+        fact=fact,
+        entities=found if given is None else given,
+        links=[(ln.to, str(ln.label)) for ln in it.links],
+        passages=passages,
+    )
+
+
+async def commit(
+    pool: asyncpg.Pool, namespace: str, rows: list[MemoryRow], timeout_s: float | None
+) -> int:
+    """One transaction of rows, how many were new; the write deadline bounds it (and only it:
+    what the database holds, its locks and its transaction, not the embedding before it)."""
+    try:
+        return await asyncio.wait_for(
+            memories.upsert(pool, namespace, rows, timeout_s=timeout_s), timeout_s
+        )
+    except TimeoutError as exc:
+        raise StoreUnavailable(
+            f"the database did not finish the write within {timeout_s:g} s; nothing was written"
+        ) from exc
+
+
+async def write(
+    pool: asyncpg.Pool,
+    planned: Plan,
+    analysed: list[Indexed],
+    embedded: Embedded,
+    timeout_s: float | None,
+) -> int:
+    """The plan's rows, committed: how many memories were new."""
+    return await commit(pool, planned.namespace, make_rows(planned, analysed, embedded), timeout_s)
