@@ -1,5 +1,5 @@
 """The read path, one request: check -> analyse (the query embedded meanwhile) -> plan -> search
-(retrieval.search.runner) -> rerank (retrieval.rank) -> neighbours -> budget -> respond, log and
+(retrieval.search.executor) -> rerank (retrieval.rank) -> neighbours -> budget -> respond, log and
 measure."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from zoneinfo import ZoneInfo
 
 import asyncpg
 
-from db.runs import insert_run
+from db.run_log import insert_run
 from retrieval import metrics as m
 from retrieval.analysis.analyzer import QueryAnalyzer
 from retrieval.analysis.strategy import PRESETS, Plan, plan, with_sources
 from retrieval.cache import forget_memories
 from retrieval.embedding.base import Embedder
-from retrieval.embedding.query import QueryEmbedding, QueryEmbeddings
+from retrieval.embedding.scheduling.query import QueryEmbedding, QueryEmbeddings
 from retrieval.models import (
     DEGRADING,
     Answered,
@@ -47,9 +47,9 @@ from retrieval.rank.rerank import rerank
 from retrieval.rank.verifier import Verifier
 from retrieval.replicas import ReadRouter
 from retrieval.search.contents import DEFAULT_CACHE_BYTES, Contents
+from retrieval.search.executor import LegRunner, Searched, require_an_answer
 from retrieval.search.legs import SOURCES, SourceFn
 from retrieval.search.run import SearchRun
-from retrieval.search.runner import LegRunner, Searched, require_an_answer
 from retrieval.validation import RequestLimits, check_request
 
 logger = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class Orchestrator:
         self.run_log_timeout_s = run_log_timeout_s
         # A context assembler asks the same question more than once; embedding is the costliest
         # stage (~10-25 ms), so repeated texts are embedded once, per namespace; each tenant's
-        # embedding work is bounded (retrieval.embedding.query).
+        # embedding work is bounded (retrieval.embedding.scheduling.query).
         self.embeddings = QueryEmbeddings(embedder, cache_bytes=embed_cache_bytes)
         # The long contents the legs return by reference (retrieval.search.contents).
         self.contents = Contents(content_cache_bytes)

@@ -30,7 +30,7 @@ from retrieval.rank.confidence import Calibration
 from retrieval.rank.verifier import Verifier
 from retrieval.replicas import ReadRouter, Replica
 from retrieval.settings import Settings, parse_replica_urls
-from retrieval.tenants import TenantBudget
+from retrieval.tenants import TenantShares
 from retrieval.text.nlp import JapaneseNLP
 from retrieval.validation import RequestLimits
 
@@ -52,7 +52,7 @@ class Runtime:
     writer: Writer
     router: ReadRouter
     # Each namespace's share of the processing time of retrievals (admit before, settle after).
-    budget: TenantBudget
+    shares: TenantShares
     # What this server lacks, by the name to report it under (pg_trgm), with what it costs.
     missing: dict[str, str] = field(default_factory=dict)
     # The connection that hears of erasures in the other processes (NOTIFY retrieval_forget).
@@ -65,8 +65,7 @@ class Runtime:
         return self.writer.jobs
 
     async def close(self) -> None:
-        if self.writer.purges is not None:
-            await self.writer.purges.close()
+        await self.writer.close()
         if self.listener is not None:
             with suppress(Exception):  # the server is away: the connection is gone anyway
                 await asyncio.wait_for(self.listener.close(), 5.0)
@@ -180,12 +179,12 @@ async def open_runtime(
         ),
         calibration=Calibration.load() if settings.confidence else None,
     )
-    budget = TenantBudget(
+    shares = TenantShares(
         settings.tenant_cpu_share,
         max_wait_s=settings.tenant_max_wait_s,
         max_in_flight=settings.tenant_max_in_flight,
     )
-    writer = Writer.of(settings, pool, nlp, embedder, router, budget, forget=orch.forget)
+    writer = Writer.of(settings, pool, nlp, embedder, router, shares, forget=orch.forget)
     listener = await _forget_listener(dsn, orch)
     return Runtime(
         settings,
@@ -197,7 +196,7 @@ async def open_runtime(
         orch,
         writer,
         router,
-        budget,
+        shares,
         missing,
         listener,
     )

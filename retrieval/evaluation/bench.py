@@ -28,7 +28,7 @@ import numpy as np
 import psutil
 
 from db import bulk
-from db.harness import GET_HARNESS_KEY, PUT_HARNESS_KEY
+from db.eval_indexes import GET_HARNESS_KEY, PUT_HARNESS_KEY
 from db.memories import MemoryRow
 from retrieval.analysis.facts import stored_fact
 from retrieval.models import RetrievalOptions

@@ -35,10 +35,13 @@ class CachedEmbedder:
     def _key(self, text: str) -> bytes:
         return hashlib.sha256(f"{self.name}\0{text}".encode()).digest()
 
-    def embed_query(self, text: str) -> np.ndarray:
-        return self.inner.embed_query(text)
+    def embed_query(self, text: str, *, background: bool = False) -> np.ndarray:
+        return self.inner.embed_query(text, background=background)
 
-    def __getattr__(self, attr: str) -> Any:  # cost_units and the like
+    def cost_units(self, text: str) -> int:
+        return self.inner.cost_units(text)
+
+    def __getattr__(self, attr: str) -> Any:  # the provider's own (token_ids and the like)
         return getattr(self.inner, attr)
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:

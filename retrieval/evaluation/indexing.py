@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from db.harness import GET_HARNESS_KEY, HAS_MEMORIES, PUT_HARNESS_KEY
+from db.eval_indexes import GET_HARNESS_KEY, HAS_MEMORIES, PUT_HARNESS_KEY
 from retrieval.errors import RetrievalError
 from retrieval.evaluation.data import (
     read_corpus,

@@ -3,7 +3,7 @@ in the background by whichever process of the service claims it first.
 
 The write route estimates what embedding a batch costs here (`EmbedMeter`: tokens times the
 measured seconds per token). Up to `RETRIEVAL_INLINE_EMBED_S` it embeds and writes inline and
-answers 200; above, it stores the validated batch as a job (`db/jobs.py`) and
+answers 200; above, it stores the validated batch as a job (`db/write_jobs.py`) and
 answers 202 with the job, whose state `GET /v1/jobs/{id}` reports. Either way the write
 deadline bounds the transaction only, so every batch within the documented limits can be
 written; a client never gets a timeout that its retry would meet again.
@@ -28,12 +28,12 @@ from typing import Any, Protocol
 import asyncpg
 import psutil
 
-from db import jobs as q
+from db import write_jobs as q
 from db.session import session
 from retrieval import metrics as m
 from retrieval.errors import EmbeddingError, InvalidInput, Overloaded
 from retrieval.ingest.items import MemoryItem
-from retrieval.tenants import TenantBudget, tenant_of
+from retrieval.tenants import TenantShares, tenant_of
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class WriteJobs:
     # Whether this process writes jobs (run); off, it only queues them for other processes.
     work: bool = True
     # The tenants' shares: a job's embedding is charged to its tenant when it runs.
-    budget: TenantBudget | None = None
+    shares: TenantShares | None = None
 
     def __post_init__(self) -> None:
         self.owner = owner_name()
@@ -231,8 +231,8 @@ class WriteJobs:
             )
             if await self._set(q.FINISH, job_id, self.owner, q.dump(rep.to_json())) == "UPDATE 0":
                 raise _LeaseLost(job_id)
-            if self.budget is not None:
-                self.budget.charge(job["tenant"], float(job["estimate_s"]))
+            if self.shares is not None:
+                self.shares.charge(job["tenant"], float(job["estimate_s"]))
             m.INGEST_JOBS.labels("done").inc()
             logger.info("write job %s: %d memories in %.1f s", job_id, rep.received, rep.seconds)
         except _LeaseLost:

@@ -17,7 +17,7 @@ vector reuse all follow it.
   whole), unless one is given.
 
 Every text is embedded as a document ("passage: " for e5); a query's side is
-retrieval.embedding.query.
+retrieval.embedding.scheduling.query.
 
 A write (`plan`, then `embed`): its ids (a new one where an item gives none, none twice), one
 read of what is stored (the rows under its ids, the turns its turns follow), what stands of an
@@ -43,8 +43,8 @@ from db.memories import StoredTurn
 from db.session import session
 from retrieval.analysis.facts import stored_fact
 from retrieval.embedding.base import EMBED_MAX_CHARS, Embedder
-from retrieval.embedding.documents import Tick, embed_texts
-from retrieval.embedding.meter import EmbedMeter
+from retrieval.embedding.scheduling.documents import DocumentEmbedding, Tick
+from retrieval.embedding.scheduling.meter import EmbedMeter
 from retrieval.errors import InvalidInput
 from retrieval.ingest.items import MemoryItem
 from retrieval.text.passages import Span, split_passages
@@ -392,19 +392,21 @@ class Embedded:
 async def embed(
     planned: Plan,
     embedder: Embedder,
+    documents: DocumentEmbedding,
     batch_size: int,
     *,
     meter: EmbedMeter | None = None,
     tick: Tick | None = None,
 ) -> Embedded:
     """Every changed memory's vector and passages: all own texts embedded first, then the texts
-    after their turns, then the passages (bounded calls, retrieval.embedding.documents)."""
+    after their turns, then the passages (bounded calls on the write path's threads,
+    `documents`)."""
     recipes = planned.recipes
     own = [i for i, rc in recipes.items() if rc.own is not None]
     after = [i for i in own if recipes[i].after is not None]
     texts = planned.texts
     got = iter(
-        await embed_texts(embedder, texts, batch_size, meter=meter, tick=tick) if texts else []
+        await documents.embed(embedder, texts, batch_size, meter=meter, tick=tick) if texts else []
     )
     own_vec = {i: next(got) for i in own}
     after_vec = {i: next(got) for i in after}

@@ -69,26 +69,21 @@ def _row(
 
 
 async def commit(
-    pool: asyncpg.Pool, namespace: str, rows: list[MemoryRow], timeout_s: float | None
-) -> int:
-    """One transaction of rows, how many were new; the write deadline bounds it (and only it:
-    what the database holds, its locks and its transaction, not the embedding before it)."""
-    try:
-        return await asyncio.wait_for(
-            memories.upsert(pool, namespace, rows, timeout_s=timeout_s), timeout_s
-        )
-    except TimeoutError as exc:
-        raise StoreUnavailable(
-            f"the database did not finish the write within {timeout_s:g} s; nothing was written"
-        ) from exc
-
-
-async def write(
     pool: asyncpg.Pool,
     planned: Plan,
     analysed: list[Indexed],
     embedded: Embedded,
     timeout_s: float | None,
 ) -> int:
-    """The plan's rows, committed: how many memories were new."""
-    return await commit(pool, planned.namespace, make_rows(planned, analysed, embedded), timeout_s)
+    """The plan's rows in one transaction: how many memories were new. The write deadline bounds
+    it (and only it: what the database holds, its locks and its transaction, not the embedding
+    before it)."""
+    rows = make_rows(planned, analysed, embedded)
+    try:
+        return await asyncio.wait_for(
+            memories.upsert(pool, planned.namespace, rows, timeout_s=timeout_s), timeout_s
+        )
+    except TimeoutError as exc:
+        raise StoreUnavailable(
+            f"the database did not finish the write within {timeout_s:g} s; nothing was written"
+        ) from exc

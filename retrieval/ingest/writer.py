@@ -14,7 +14,7 @@ A write reads top-down, a stage a module, each handing the next a typed object:
    which a worker writes later through `write`; within it, after the tenant's share, written now;
 3. the analysis (`index.in_threads`: terms, names, attribute) beside `recipe.embed` (an
    `Embedded`: each changed memory's vector and passages);
-4. `rows.write`: the rows, one transaction under the write deadline;
+4. `rows.commit`: the rows, one transaction under the write deadline;
 5. the report (`IngestReport`), the metrics and the write's WAL position (read-your-writes).
 """
 
@@ -33,8 +33,8 @@ from db.erasure import Erased
 from db.session import session
 from retrieval import metrics as m
 from retrieval.embedding.base import Embedder
-from retrieval.embedding.documents import Tick
-from retrieval.embedding.meter import EmbedMeter
+from retrieval.embedding.scheduling.documents import DocumentEmbedding, Tick
+from retrieval.embedding.scheduling.meter import EmbedMeter
 from retrieval.errors import NotFound
 from retrieval.ingest import recipe, rows
 from retrieval.ingest.index import Indexed, Indexer, in_threads
@@ -44,7 +44,7 @@ from retrieval.ingest.purges import Purges
 from retrieval.ingest.recipe import Embedded, Plan, Vectors
 from retrieval.replicas import ReadRouter
 from retrieval.settings import Settings
-from retrieval.tenants import TenantBudget
+from retrieval.tenants import TenantShares
 from retrieval.text.nlp import JapaneseNLP
 from retrieval.validation import RequestLimits, check_namespace
 
@@ -116,13 +116,15 @@ class Writer:
     timeout_s: float
     inline_embed_s: float
     # The tenants' shares: an inline write's embedding waits for its tenant's share.
-    budget: TenantBudget | None = None
+    shares: TenantShares | None = None
     # Drops what this process's caches hold of erased memories (the read path's; a namespace
     # and internal ids, None: all of the namespace's).
     forget: Callable[[str, list[int] | None], None] = lambda _ns, _ids: None
     # The queue of larger batches and the purges of namespaces (`of` makes them).
     jobs: WriteJobs | None = None
     purges: Purges | None = None
+    # The threads a write's documents are embedded on (closed with the writer).
+    documents: DocumentEmbedding = field(default_factory=DocumentEmbedding)
 
     @classmethod
     def of(
@@ -132,7 +134,7 @@ class Writer:
         nlp: JapaneseNLP,
         embedder: Embedder,
         router: ReadRouter,
-        budget: TenantBudget | None = None,
+        shares: TenantShares | None = None,
         forget: Callable[[str, list[int] | None], None] | None = None,
     ) -> Writer:
         """The writer the settings describe, with its queue of write jobs (whose worker
@@ -148,7 +150,7 @@ class Writer:
             batch_size=settings.embed_batch_size,
             timeout_s=settings.write_timeout_s,
             inline_embed_s=settings.inline_embed_s,
-            budget=budget,
+            shares=shares,
         )
         if forget is not None:
             writer.forget = forget
@@ -158,14 +160,21 @@ class Writer:
             write_timeout_s=settings.write_timeout_s,
             max_open=settings.max_open_jobs,
             work=settings.job_worker,
-            budget=budget,
+            shares=shares,
         )
         writer.purges = Purges(pool, writer.jobs.owner, settings.write_timeout_s, writer.forget)
         return writer
 
     def using(self, embedder: Embedder) -> Writer:
-        """The same writer with another embedder (the evaluation's cached one)."""
+        """The same writer with another embedder (the evaluation's cached one), on the same
+        threads."""
         return replace(self, embedder=embedder)
+
+    async def close(self) -> None:
+        """Stop the purges and the write path's embedding threads."""
+        if self.purges is not None:
+            await self.purges.close()
+        self.documents.close()
 
     async def store(self, items: list[MemoryItem], namespace: str, tenant: str) -> Stored:
         """Store a validated batch: written now, or queued as a job (module docstring)."""
@@ -182,12 +191,12 @@ class Writer:
             m.INGEST_JOBS.labels("queued").inc()
             return Stored(job=job)
         # A write's embedding is the tenant's processing time too: it waits for its share.
-        advance = await self.budget.admit(tenant) if self.budget is not None else 0.0
+        advance = await self.shares.admit(tenant) if self.shares is not None else 0.0
         try:
             report = await self._written(planned, clock, t0)
         finally:
-            if self.budget is not None:
-                self.budget.settle(tenant, advance, estimate)
+            if self.shares is not None:
+                self.shares.settle(tenant, advance, estimate)
         return Stored(report=report)
 
     async def write(
@@ -216,7 +225,7 @@ class Writer:
     ) -> IngestReport:
         """The plan analysed and embedded, its rows written, the report."""
         analysed, embedded = await self._prepared(planned, in_threads(self.nlp), clock, tick)
-        inserted = await rows.write(self.pool, planned, analysed, embedded, self.timeout_s)
+        inserted = await rows.commit(self.pool, planned, analysed, embedded, self.timeout_s)
         clock.lap("write")
         received = len(planned.items)
         m.INGESTED.labels("insert").inc(inserted)
@@ -255,7 +264,9 @@ class Writer:
                     clock.add(stage, (time.perf_counter() - t) * 1000.0)
 
         meter = self.meter if clock is not None else None
-        embedding = recipe.embed(planned, self.embedder, self.batch_size, meter=meter, tick=tick)
+        embedding = recipe.embed(
+            planned, self.embedder, self.documents, self.batch_size, meter=meter, tick=tick
+        )
         got = await _both(
             timed("analyse", analyse(planned.read, planned.want_entities)),
             timed("embed", embedding),

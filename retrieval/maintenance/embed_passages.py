@@ -10,7 +10,7 @@ import asyncpg
 
 from db import pass_passages as db_passages
 from retrieval.embedding.base import Embedder
-from retrieval.embedding.documents import embed_texts
+from retrieval.embedding.scheduling.documents import DocumentEmbedding
 from retrieval.ingest.recipe import recipe
 from retrieval.maintenance.passes import batches, finish
 from retrieval.text.passages import SPLIT_ABOVE
@@ -36,7 +36,9 @@ async def embed_passages(
         pool, db_passages.PROGRESS_KEY, fetch, batch=batch, namespace=namespace
     ):
         recipes = [recipe(r["title"], r["content"]) for r in rows]
-        got = iter(await embed_texts(embedder, [t for rc in recipes for t in rc.passages], 32))
+        with DocumentEmbedding() as documents:  # background threads, for this batch
+            texts = [t for rc in recipes for t in rc.passages]
+            got = iter(await documents.embed(embedder, texts, 32))
         out = []
         for r, rc in zip(rows, recipes, strict=True):
             vecs = [next(got) for _ in rc.passages]

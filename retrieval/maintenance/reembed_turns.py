@@ -11,7 +11,7 @@ import asyncpg
 
 from db import pass_turn_vectors as db_turns
 from retrieval.embedding.base import Embedder
-from retrieval.embedding.documents import embed_texts
+from retrieval.embedding.scheduling.documents import DocumentEmbedding
 from retrieval.ingest.items import Link, MemoryItem
 from retrieval.ingest.recipe import predecessors, recipe
 from retrieval.maintenance.passes import batches, finish
@@ -58,7 +58,8 @@ async def reembed_turns(
         follows = sorted(i for i, rc in planned.items() if rc.own is not None)
         recipes = [planned[i] for i in follows]
         texts = [str(rc.own) for rc in recipes] + [str(rc.after) for rc in recipes]
-        got = await embed_texts(embedder, texts, 32)
+        with DocumentEmbedding() as documents:  # background threads, for this batch
+            got = await documents.embed(embedder, texts, 32)
         n = len(follows)
         vectors = [
             (rows[i]["id"], rc.vector(got[k], got[n + k], []), rows[i]["content"])

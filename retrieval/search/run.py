@@ -49,7 +49,7 @@ async def leg_connection(
 ) -> AsyncIterator[asyncpg.Connection]:
     """A pool connection in a read-only transaction that the server itself cancels at the leg's
     deadline: a query whose caller has given up must not run on and hold the connection. Taken
-    within the request's connection budget (`run.slots`), waited for inside the leg's deadline,
+    within the request's connection slots (`run.slots`), waited for inside the leg's deadline,
     and given up at it whatever the server's state (db.session: terminated, not rolled back).
 
     `generic_plan`: the statement is planned once per connection, not at every execution (the
@@ -86,7 +86,7 @@ class TermStats:
 @dataclass(frozen=True)
 class SearchRun:
     """One request's search, as every leg reads it: the pool, the analysed query, its filters
-    and window, how many candidates a leg returns, its deadline and connection budget."""
+    and window, how many candidates a leg returns, its deadline and connection slots."""
 
     pool: asyncpg.Pool
     intent: QueryIntent
@@ -98,7 +98,7 @@ class SearchRun:
     now: datetime | None = None
     # The read replica `pool` belongs to (a retry goes to the primary), or None: the primary.
     replica: Any = None
-    # The request's connection budget: at most this many of its legs hold a pooled connection
+    # The request's connection slots: at most this many of its legs hold a pooled connection
     # at once (None: no bound), so that a few requests cannot hold the whole pool.
     slots: asyncio.Semaphore | None = None
     # Where the long contents the legs return by reference come from (the orchestrator's).

@@ -144,7 +144,7 @@ async def _knn(
             best = await _until_either_fails(
                 _memory_knn(run, conn, vectors, source, args), passages
             )
-        # Waited for with this connection given back: with a budget of one connection the
+        # Waited for with this connection given back: with one connection slot the
         # passages' search takes it.
         found = await passages if passages is not None else []
     except BaseException:

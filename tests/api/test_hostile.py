@@ -284,9 +284,9 @@ async def test_a_namespace_past_its_share_gets_429_and_the_others_do_not(
 ):
     """Before: nothing bounded how much one tenant's retrievals took of the process; one
     sending the most expensive request the limits allow doubled the others' p95."""
-    from retrieval.tenants import TenantBudget
+    from retrieval.tenants import TenantShares
 
-    monkeypatch.setattr(rt, "budget", TenantBudget(0.001, max_wait_s=0.5))
+    monkeypatch.setattr(rt, "shares", TenantShares(0.001, max_wait_s=0.5))
     other = ns + "-other"
 
     async def ask(namespace: str, query: str):

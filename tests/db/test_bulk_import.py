@@ -8,7 +8,7 @@ import pytest
 
 from db import bulk
 from db.errors import ImportInProgress
-from retrieval.api.items import parse_line
+from retrieval.api.memory_in import parse_line
 from retrieval.errors import InvalidInput
 from retrieval.ingest import importer
 from retrieval.ingest.index import index_terms

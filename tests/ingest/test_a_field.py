@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 
-from retrieval.api.items import MemoryIn, parse_line
+from retrieval.api.memory_in import MemoryIn, parse_line
 from retrieval.ingest.importer import import_file
 from retrieval.ingest.items import MemoryItem
 

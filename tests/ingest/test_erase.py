@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from retrieval.api.items import parse_items
+from retrieval.api.memory_in import parse_items
 from retrieval.cache import _OF_MEMORIES
 from retrieval.ingest.items import MemoryItem
 from retrieval.models import RetrievalOptions

@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 
-from retrieval.api.items import parse_items
+from retrieval.api.memory_in import parse_items
 from retrieval.errors import EmbeddingError, Overloaded
 from retrieval.ingest.jobs import WriteJobs
 from retrieval.ingest.writer import Writer
@@ -180,11 +180,14 @@ class _Failing:
     name = "intfloat/multilingual-e5-small"
     dim = 384
 
-    def embed_query(self, text: str) -> np.ndarray:
+    def embed_query(self, text: str, *, background: bool = False) -> np.ndarray:
         raise EmbeddingError("endpoint answered 502: <html>upstream secret-host:8080</html>")
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         raise EmbeddingError("endpoint answered 502: <html>upstream secret-host:8080</html>")
+
+    def cost_units(self, text: str) -> int:
+        return len(text)
 
 
 async def test_a_job_failing_for_a_passing_reason_is_tried_again_later(rt, ns):

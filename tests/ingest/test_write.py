@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from retrieval.api.items import parse_items, scan_file
+from retrieval.api.memory_in import parse_items, scan_file
 from retrieval.errors import InvalidInput
 from retrieval.ingest.vectors import check_precomputed
 from retrieval.models import Strategy

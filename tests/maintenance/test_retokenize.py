@@ -4,7 +4,7 @@ resumes where it stopped."""
 import logging
 
 from db import pass_terms as db_terms
-from retrieval.api.items import parse_items
+from retrieval.api.memory_in import parse_items
 from retrieval.cli import main
 from retrieval.maintenance.retokenize import outdated, retokenize
 from retrieval.models import RetrievalOptions, Strategy

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from retrieval.analysis.strategy import HYBRID
-from retrieval.api.items import parse_items
+from retrieval.api.memory_in import parse_items
 from retrieval.models import Candidate, Fused, Hop, RetrievalOptions, ScoredResult, Source
 from retrieval.rank.expansion import expand
 from retrieval.rank.rerank import admit, diversify
@@ -198,7 +198,7 @@ async def test_seeds_from_the_conversation_and_the_run_log_records_expansion(rt,
     resp = await _ask(rt, ns, "それはどうなった", seed_ids=("ask",))
     assert "reply" in [r.id for r in resp.results]
     await rt.orchestrator.flush()
-    from db.runs import get_run
+    from db.run_log import get_run
 
     run = await get_run(rt.pool, resp.metadata.run_id)
     assert run["plan"]["expansion"]["expanded"] and run["plan"]["expansion"]["seeds"][0] == "ask"
@@ -326,7 +326,7 @@ async def test_expansion_seeds_from_the_text_legs_while_the_query_is_embedded(rt
     await _put(rt, ns, PROJECT)
     resp = await _ask(rt, ns, "山田真由さんと打ち合わせしたプロジェクトの締め切りはいつ？")
     await rt.orchestrator.flush()
-    from db.runs import get_run
+    from db.run_log import get_run
 
     run = await get_run(rt.pool, resp.metadata.run_id)
     assert (

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
 
-from db.runs import get_run
+from db.run_log import get_run
 from retrieval.api.access import REQUEST_ID, note
 from retrieval.api.deps import CallerDep, RuntimeDep
 from retrieval.api.schemas import (
@@ -55,7 +55,7 @@ async def retrieve(
         request_id=REQUEST_ID.get(),
     )
     rt.orchestrator.validate(body.query, opts)  # refused before it waits for its share
-    advance = await rt.budget.admit(tenant)
+    advance = await rt.shares.admit(tenant)
     cost = advance
     try:
         got = await rt.orchestrator.retrieve(body.query, opts)
@@ -63,7 +63,7 @@ async def retrieve(
         md = got.metadata
         note(request, strategy=md.strategy_used.value, degraded=md.degraded)
     finally:
-        rt.budget.settle(tenant, advance, cost)
+        rt.shares.settle(tenant, advance, cost)
     return RetrieveResponse.model_validate(got)
 
 

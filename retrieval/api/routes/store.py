@@ -7,13 +7,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
-from pydantic import AwareDatetime, BaseModel
+from pydantic import AfterValidator, AwareDatetime, BaseModel
 
 from db import memories
 from db.memories import Page
 from retrieval.analysis.facts import one_at_a_time
 from retrieval.api.deps import CallerDep, RuntimeDep
-from retrieval.api.items import MAX_ID_CHARS
+from retrieval.api.memory_in import MAX_ID_CHARS
 from retrieval.api.pages import make_cursor, read_cursor
 from retrieval.api.schemas import (
     LSN_PATTERN,
@@ -31,6 +31,7 @@ from retrieval.validation import (
     RequestLimits,
     check_batch,
     check_id,
+    check_text,
 )
 from retrieval_client.models import (
     ArchivedOut,
@@ -172,7 +173,9 @@ async def list_memories(
     namespace: NamespaceQuery = "default",
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     cursor: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,
-    thread: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
+    thread: Annotated[
+        str | None, Query(min_length=1, max_length=256), AfterValidator(check_text)
+    ] = None,
     since: Annotated[AwareDatetime | None, Query()] = None,
     until: Annotated[AwareDatetime | None, Query()] = None,
     include_archived: bool = False,

@@ -15,7 +15,7 @@ So:
   others' short queries go first, and a long query pays for its own length (its vector legs may
   time out) instead of every tenant paying for it; a cached text costs nothing, is not
   counted and waits for no thread,
-- the threads serve the tenants in turn (retrieval.embedding.lanes): a tenant's burst of new
+- the threads serve the tenants in turn (retrieval.embedding.scheduling.lanes): a tenant's burst of new
   questions does not queue another tenant's question behind it,
 - the cache is keyed by namespace and text: a hit, and its fast `embed` stage, tells no tenant
   what another asked.
@@ -33,8 +33,8 @@ import numpy as np
 
 from retrieval.cache import ByteLRU
 from retrieval.embedding.base import Embedder, lower_priority
-from retrieval.embedding.lanes import FairLane
-from retrieval.embedding.meter import EmbedMeter
+from retrieval.embedding.scheduling.lanes import FairLane
+from retrieval.embedding.scheduling.meter import EmbedMeter
 from retrieval.errors import EmbeddingError
 
 # Characters of a query embedded (the start), and of its conversation text (the end, which
@@ -66,7 +66,7 @@ class QueryEmbeddings:
         self.embedder = embedder
         # Threads of their own: a hung embedding endpoint holds these, not the default executor
         # that the analyzer and the reranker need to answer at all. Tenants are served in turn
-        # (retrieval.embedding.lanes): one caller's burst of new questions is not a queue that
+        # (retrieval.embedding.scheduling.lanes): one caller's burst of new questions is not a queue that
         # another's question waits at the end of.
         self.lane = FairLane(threads, name="embed")
         # Two: one tenant's long text (at most `max_pending_s` of them) never holds another
@@ -127,7 +127,7 @@ class QueryEmbeddings:
                     return fut
                 self._pending[payer] += cost
         job: Future[list[np.ndarray]] = (self.long_lane if long else self.lane).submit(
-            payer, self._embed_all, namespace, texts, deadline, given_up
+            payer, self._embed_all, namespace, texts, deadline, given_up, long
         )
         if long:
             job.add_done_callback(lambda _: self._release(payer, cost))
@@ -162,7 +162,12 @@ class QueryEmbeddings:
         return self.meter.units(texts) * rate if rate is not None else 0.0
 
     def _embed_all(
-        self, namespace: str, texts: list[str], deadline: float, given_up: threading.Event
+        self,
+        namespace: str,
+        texts: list[str],
+        deadline: float,
+        given_up: threading.Event,
+        background: bool = False,
     ) -> list[np.ndarray]:
         out = []
         for i, text in enumerate(texts):
@@ -170,16 +175,18 @@ class QueryEmbeddings:
                 break
             if i > 0 and time.monotonic() + self._estimate([text]) > deadline:
                 break  # the first text is always tried; a later one only if it can be used
-            out.append(self.cache.get_or_compute((namespace, text), _Once(self, text)))
+            once = _Once(self, text, background)
+            out.append(self.cache.get_or_compute((namespace, text), once))
         if not out:
             raise asyncio.CancelledError
         return out
 
-    def one(self, text: str) -> np.ndarray:
-        """One text's vector; its thread's CPU time goes into the rate (wall time would grow
-        with the load, and every query would look long on a busy machine)."""
+    def one(self, text: str, background: bool = False) -> np.ndarray:
+        """One text's vector (`background`: on the long lane's threads, never spread over every
+        core); its thread's CPU time goes into the rate (wall time would grow with the load,
+        and every query would look long on a busy machine)."""
         t = time.thread_time()
-        v = self.embedder.embed_query(text)
+        v = self.embedder.embed_query(text, background=background)
         self.meter.record(self.meter.units([text]), time.thread_time() - t)
         return v
 
@@ -189,11 +196,11 @@ class QueryEmbeddings:
 
 
 class _Once:
-    def __init__(self, owner: QueryEmbeddings, text: str) -> None:
-        self.owner, self.text = owner, text
+    def __init__(self, owner: QueryEmbeddings, text: str, background: bool) -> None:
+        self.owner, self.text, self.background = owner, text, background
 
     def __call__(self) -> np.ndarray:
-        return self.owner.one(self.text)
+        return self.owner.one(self.text, self.background)
 
 
 # The conversation's last three exchanges join the question (ref-llmless-hybrid-rerank, Phase 1).

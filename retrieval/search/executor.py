@@ -18,7 +18,7 @@ import asyncpg
 import numpy as np
 
 from retrieval import metrics as m
-from retrieval.embedding.query import EmbeddingBusy
+from retrieval.embedding.scheduling.query import EmbeddingBusy
 from retrieval.errors import StoreUnavailable
 from retrieval.models import (
     ADDABLE_SOURCES,

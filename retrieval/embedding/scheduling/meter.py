@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from retrieval.embedding.base import Embedder
 
-# A sample passage (about a hundred tokens of mixed text) for a first measure of the rate.
+# A sample document (about a hundred tokens of mixed text) for a first measure of the rate.
 _SAMPLE = (
     "会議の議事録: 来週の打ち合わせは火曜日の午後三時から、第二会議室で行う。"
     "The quarterly review covers ingest speed, search latency and the storage budget. "
@@ -17,9 +17,9 @@ _SAMPLE = (
 
 
 class EmbedMeter:
-    """How long embedding passages takes here: seconds per cost unit (a token when the
-    embedder can count them, `cost_units`, else a character), measured on every batch the
-    write path embeds (a moving average) and first on one sample passage."""
+    """How long embedding documents takes here: seconds per cost unit (the provider's
+    `cost_units`, or the caller's `count`), measured on every batch the
+    write path embeds (a moving average) and first on one sample document."""
 
     def __init__(
         self,
@@ -29,10 +29,9 @@ class EmbedMeter:
         count: Callable[[str], int] | None = None,
     ) -> None:
         self._embedder = embedder
-        # Tokens (the model's own count, ~1.5 ms a passage) unless the caller counts otherwise.
-        self._count: Callable[[str], int] = (
-            count if count is not None else getattr(embedder, "cost_units", len)
-        )
+        # The provider's own unit (an e5 token: ~1.5 ms to count a document's) unless the caller
+        # counts otherwise.
+        self._count: Callable[[str], int] = count if count is not None else embedder.cost_units
         self._weight = weight
         self._lock = threading.Lock()
         self.seconds_per_unit: float | None = None
