@@ -1,5 +1,5 @@
 """A per-memory field has one path (docs/architecture.md, "A field of a memory"): the wire
-(api/items.MemoryIn), the item (ingest/items.MemoryItem, and its JSON for a queued job), the row
+(api/memory_in.MemoryIn), the item (ingest/items.MemoryItem, and its JSON for a queued job), the row
 (ingest/rows._row -> db/memories.MemoryRow, written by the upsert or staged by an import,
 db/bulk.py), its column (a migration), and back out (the listing and the export, the client's
 MemoryOut). Every field of a MemoryItem makes the whole trip, written by the route and by an
