@@ -63,13 +63,15 @@ class MemoryInput(BaseModel):
 
 def _tool_error(exc: ApiError) -> ToolError:
     """An API refusal as a message a model (and its host) can act on."""
-    if isinstance(exc, InvalidRequest) and isinstance(exc.detail, list):
-        parts = [f"{d.get('field')}: {d.get('msg')}" for d in exc.detail if isinstance(d, dict)]
-        return ToolError("invalid input: " + "; ".join(parts))
+    said = exc.detail
+    if isinstance(said, list):  # the field list (422, 413, 415): each field and what is wrong
+        said = "; ".join(f"{d.get('field')}: {d.get('msg')}" for d in said if isinstance(d, dict))
+    if isinstance(exc, InvalidRequest):
+        return ToolError(f"invalid input: {said}")
     if isinstance(exc, Unavailable) or exc.status in (429, 503):
         after = f" in {exc.retry_after_s:g} s" if exc.retry_after_s else ""
-        return ToolError(f"temporarily unavailable, retry{after}: {exc.detail}")
-    return ToolError(f"refused ({exc.status}): {exc.detail}")
+        return ToolError(f"temporarily unavailable, retry{after}: {said}")
+    return ToolError(f"refused ({exc.status}): {said}")
 
 
 def _when(t: datetime) -> str:

@@ -9,6 +9,11 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
+def refused(loc: list[str], msg: str, kind: str) -> dict[str, Any]:
+    """A refusal in the API's one error contract: `{"detail": [{loc, field, msg, type}]}`."""
+    return {"detail": [{"loc": loc, "field": loc[-1], "msg": msg, "type": kind}]}
+
+
 async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
     data = json.dumps(body).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
@@ -35,10 +40,11 @@ class JsonBody:
             media = ctype.split(";", 1)[0].strip().lower()
             if media != "application/json" and not media.endswith("+json"):
                 sent = f"Content-Type {ctype!r}" if ctype else "no Content-Type"
-                detail = (
+                msg = (
                     f"send the body as JSON with Content-Type: application/json ({sent} was given)"
                 )
-                await _send_json(send, 415, {"detail": detail})
+                body = refused(["header", "content-type"], msg, "content_type")
+                await _send_json(send, 415, body)
                 return
         await self.app(scope, receive, send)
 
@@ -60,7 +66,7 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit = self.per_path.get(scope.get("path", ""), self.max_bytes)
-        detail = {"detail": f"request body larger than {limit} bytes"}
+        detail = refused(["body"], f"request body larger than {limit} bytes", "too_large")
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:

@@ -42,18 +42,14 @@ def at(field: str) -> list:
         ("/v1/memories", one(created_at=LATER, expires_at=EARLIER), 422, at("expires_at"),
          "must be after created_at"),
         ("/v1/memories", one(id="m", links=[{"to": "m"}]), 422, at("links"), "link to itself"),
-        ("/v1/memories", one() + b" " * 9_000_000, 413, None, "larger than"),
+        ("/v1/memories", one() + b" " * 9_000_000, 413, ["body"], "larger than"),
     ],
 )  # fmt: skip
 async def test_a_body_the_app_refuses_is_json_naming_where(client, path, body, status, loc, says):
     headers = {"content-type": "application/json"}
     r = await client.post(path, content=body, headers=headers)
     assert r.status_code == status, r.text
-    detail = r.json()["detail"]
-    if loc is None:
-        assert says in detail
-        return
-    (err,) = [e for e in detail if e["loc"] == loc]
+    (err,) = [e for e in r.json()["detail"] if e["loc"] == loc]
     assert says in err["msg"], err
     assert not err["msg"].startswith(("Value error", "Input should", "Field required")), err
 

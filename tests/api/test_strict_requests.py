@@ -90,7 +90,9 @@ async def test_a_body_not_said_to_be_json_is_415_saying_what_to_send(client, cty
     headers = {"content-type": ctype} if ctype else {}
     r = await client.post(path, content=b'{"query": "x"}', headers=headers)
     assert r.status_code == 415, r.text
-    assert "Content-Type: application/json" in r.json()["detail"]
+    (err,) = r.json()["detail"]
+    assert err["loc"] == ["header", "content-type"]
+    assert "Content-Type: application/json" in err["msg"]
     ok = await client.post(
         "/v1/retrieve",
         content=b'{"query": "x"}',
