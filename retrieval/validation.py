@@ -293,11 +293,11 @@ def check_request(
     return CheckedRequest(q, zone, replace(options, now=now, time_range=tr))
 
 
-def check_batch(ids: Sequence[str | None], limits: RequestLimits) -> None:
-    """A write's bounds: at most `max_batch` memories, no id twice."""
+def check_batch(ids: Sequence[str | None], max_batch: int | None) -> None:
+    """A batch's bounds: at most `max_batch` memories (None: any number), no id twice."""
     errors: list[dict[str, object]] = []
-    if len(ids) > limits.max_batch:
-        reason = f"more than {limits.max_batch} memories in one batch"
+    if max_batch is not None and len(ids) > max_batch:
+        reason = f"more than {max_batch} memories in one batch"
         errors.append({"field": "memories", "reason": reason})
     errors.extend(duplicate_ids(ids, range(len(ids)), key="index", noun="item"))
     if errors:

@@ -79,6 +79,12 @@ def status_of(exc: BaseException) -> int:
     return 500
 
 
+def refused(loc: list[str], msg: str, kind: str) -> dict[str, Any]:
+    """One refused value in the API's error contract: where it was (`loc`, its last part the
+    field), what is wrong with it, and its type; `{"detail": [refused(...), ...]}` answers."""
+    return {"loc": loc, "field": loc[-1], "msg": msg, "type": kind}
+
+
 def _invalid_detail(exc: InvalidInput) -> list[dict[str, Any]]:
     out = []
     for e in exc.errors:
@@ -171,9 +177,9 @@ def unparsed(exc: BaseException) -> dict[str, Any] | None:
         raw = exc.object if isinstance(exc.object, bytes) else b""
         char = len(raw[: exc.start].decode("utf-8", errors="replace")) + 1
         msg = f"not UTF-8: byte 0x{raw[exc.start]:02x} at character {char} of the body"
-        return {"loc": ["body"], "field": "body", "msg": msg, "type": "utf8_invalid"}
+        return refused(["body"], msg, "utf8_invalid")
     if isinstance(exc, RecursionError):
-        return {"loc": ["body"], "field": "body", "msg": _TOO_DEEP, "type": "json_too_deep"}
+        return refused(["body"], _TOO_DEEP, "json_too_deep")
     return None
 
 

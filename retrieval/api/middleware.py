@@ -8,10 +8,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-
-def refused(loc: list[str], msg: str, kind: str) -> dict[str, Any]:
-    """A refusal in the API's one error contract: `{"detail": [{loc, field, msg, type}]}`."""
-    return {"detail": [{"loc": loc, "field": loc[-1], "msg": msg, "type": kind}]}
+from retrieval.api.errors import refused
 
 
 async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
@@ -43,7 +40,7 @@ class JsonBody:
                 msg = (
                     f"send the body as JSON with Content-Type: application/json ({sent} was given)"
                 )
-                body = refused(["header", "content-type"], msg, "content_type")
+                body = {"detail": [refused(["header", "content-type"], msg, "content_type")]}
                 await _send_json(send, 415, body)
                 return
         await self.app(scope, receive, send)
@@ -66,7 +63,9 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit = self.per_path.get(scope.get("path", ""), self.max_bytes)
-        detail = refused(["body"], f"request body larger than {limit} bytes", "too_large")
+        detail = {
+            "detail": [refused(["body"], f"request body larger than {limit} bytes", "too_large")]
+        }
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:

@@ -12,6 +12,8 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from retrieval.api.errors import refused
+
 try:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 except ImportError:  # pragma: no cover - httptools is a dependency of uvicorn[standard]
@@ -29,50 +31,54 @@ _UNREADABLE = (
 
 def refusal(after_body: bool) -> bytes:
     """The JSON body of the server's refusal: the framing, named by where it broke."""
-    said: dict[str, Any] = (
-        {"loc": ["header", "content-length"], "field": "content-length", "msg": _AFTER_BODY}
+    said = (
+        refused(["header", "content-length"], _AFTER_BODY, "http_invalid")
         if after_body
-        else {"loc": ["request"], "field": "request", "msg": _UNREADABLE}
+        else refused(["request"], _UNREADABLE, "http_invalid")
     )
-    return json.dumps({"detail": [{**said, "type": "http_invalid"}]}).encode()
+    return json.dumps({"detail": [said]}).encode()
 
 
 def _had_body(headers: list[tuple[bytes, bytes]]) -> bool:
     return any(k.lower() == b"content-length" and v.strip() not in (b"", b"0") for k, v in headers)
 
 
-def _response(body: bytes, default_headers: list[tuple[bytes, bytes]]) -> bytes:
-    head = [b"HTTP/1.1 422 Unprocessable Entity\r\n"]
-    head += [name + b": " + value + b"\r\n" for name, value in default_headers]
-    head += [
-        b"content-type: application/json\r\n",
-        b"content-length: " + str(len(body)).encode("ascii") + b"\r\n",
-        b"connection: close\r\n\r\n",
-    ]
-    return b"".join(head) + body
-
-
-class JsonH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol, refusing in JSON."""
+class _RefusingInJson:
+    """What both protocols share: the refusal, JSON, after which the connection closes;
+    `_after_body` says whether a request with a body was read just before (each protocol sets
+    it from its own hook)."""
 
     _after_body = False
+    transport: Any
+    server_state: Any
+
+    def send_400_response(self, msg: str) -> None:
+        body = refusal(self._after_body)
+        head = [b"HTTP/1.1 422 Unprocessable Entity\r\n"]
+        head += [
+            name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers
+        ]
+        head += [
+            b"content-type: application/json\r\n",
+            b"content-length: " + str(len(body)).encode("ascii") + b"\r\n",
+            b"connection: close\r\n\r\n",
+        ]
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
+
+
+class JsonH11Protocol(_RefusingInJson, H11Protocol):
+    """uvicorn's h11 protocol, refusing in JSON."""
 
     def on_response_complete(self) -> None:
         self._after_body = _had_body(getattr(self, "headers", []))
         super().on_response_complete()
 
-    def send_400_response(self, msg: str) -> None:
-        body = refusal(self._after_body)
-        self.transport.write(_response(body, self.server_state.default_headers))
-        self.transport.close()
-
 
 if HttpToolsProtocol is not None:
 
-    class JsonHttpToolsProtocol(HttpToolsProtocol):
+    class JsonHttpToolsProtocol(_RefusingInJson, HttpToolsProtocol):
         """uvicorn's httptools protocol, refusing in JSON."""
-
-        _after_body = False
 
         def on_headers_complete(self) -> None:
             self._after_body = False
@@ -81,11 +87,6 @@ if HttpToolsProtocol is not None:
         def on_message_complete(self) -> None:
             self._after_body = _had_body(self.headers)
             super().on_message_complete()
-
-        def send_400_response(self, msg: str) -> None:
-            body = refusal(self._after_body)
-            self.transport.write(_response(body, self.server_state.default_headers))
-            self.transport.close()
 
     JsonHttpProtocol: type = JsonHttpToolsProtocol
 else:  # pragma: no cover

@@ -45,10 +45,9 @@ from retrieval.analysis.facts import stored_fact
 from retrieval.embedding.base import EMBED_MAX_CHARS, Embedder
 from retrieval.embedding.scheduling.documents import DocumentEmbedding, Tick
 from retrieval.embedding.scheduling.meter import EmbedMeter
-from retrieval.errors import InvalidInput
 from retrieval.ingest.items import MemoryItem
 from retrieval.text.passages import Span, split_passages
-from retrieval.validation import duplicate_ids
+from retrieval.validation import check_batch
 
 # How much of the turn followed is embedded before a turn (its end: what was said last).
 PREDECESSOR_CHARS = 1000
@@ -275,15 +274,9 @@ def _thread_keys(
 
 def assign_ids(items: Sequence[MemoryItem], max_batch: int | None = None) -> list[str]:
     """Each item's id, a new one where it gives none; InvalidInput for a batch over `max_batch`
-    or with an id twice (the one check of both)."""
-    errors: list[dict[str, object]] = []
-    if max_batch is not None and len(items) > max_batch:
-        reason = f"more than {max_batch} memories in one batch"
-        errors.append({"field": "memories", "reason": reason})
+    or with an id twice (validation.check_batch, the write's one check of both)."""
     ids = [it.id or uuid.uuid4().hex for it in items]
-    errors.extend(duplicate_ids(ids, range(len(ids)), key="index", noun="item"))
-    if errors:
-        raise InvalidInput(errors)
+    check_batch(ids, max_batch)
     return ids
 
 

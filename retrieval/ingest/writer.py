@@ -179,11 +179,7 @@ class Writer:
     async def store(self, items: list[MemoryItem], namespace: str, tenant: str) -> Stored:
         """Store a validated batch: written now, or queued as a job (module docstring)."""
         t0, clock = time.perf_counter(), m.StageClock()
-        check_namespace(namespace)
-        planned = await recipe.plan(
-            self.pool, namespace, items, max_batch=self.limits.max_batch, timeout_s=self.timeout_s
-        )
-        clock.lap("lookup")
+        planned = await self._plan(items, namespace, clock, max_batch=self.limits.max_batch)
         texts = planned.texts
         estimate = await asyncio.to_thread(self.meter.estimate_s, texts) if texts else 0.0
         if estimate > self.inline_embed_s and self.jobs is not None:
@@ -213,12 +209,17 @@ class Writer:
         awaited between embedding calls. The write deadline bounds the transaction and the read
         before it, not the embedding."""
         t0, clock = time.perf_counter(), m.StageClock()
-        check_namespace(namespace)
-        planned = await recipe.plan(
-            self.pool, namespace, items, ids=ids, vectors=vectors, timeout_s=self.timeout_s
-        )
-        clock.lap("lookup")
+        planned = await self._plan(items, namespace, clock, ids=ids, vectors=vectors)
         return await self._written(planned, clock, t0, tick=tick)
+
+    async def _plan(
+        self, items: list[MemoryItem], namespace: str, clock: m.StageClock, **given: Any
+    ) -> Plan:
+        """The write's plan (recipe.plan, its read under the write deadline), timed as lookup."""
+        check_namespace(namespace)
+        planned = await recipe.plan(self.pool, namespace, items, timeout_s=self.timeout_s, **given)
+        clock.lap("lookup")
+        return planned
 
     async def _written(
         self, planned: Plan, clock: m.StageClock, t0: float, *, tick: Tick | None = None

@@ -145,7 +145,7 @@ async def erase_memories(body: EraseIn, rt: RuntimeDep, caller: CallerDep) -> di
     DELETE /v1/memories/{id} erases one; ids the namespace does not hold are listed in
     `not_found` (erasing again is safe)."""
     caller.check(body.namespace)
-    check_batch(body.ids, RequestLimits.of(rt.settings))
+    check_batch(body.ids, RequestLimits.of(rt.settings).max_batch)
     gone = await rt.writer.erase(body.namespace, body.ids)
     erased = set(gone.external_ids)
     missing = [x for x in body.ids if x not in erased]

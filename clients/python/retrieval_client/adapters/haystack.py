@@ -41,15 +41,17 @@ class OrchestratorRetriever:
         api_key: str | None = None,
         timeout: float = 30.0,
     ) -> None:
-        self.base_url, self.namespace, self.top_k = base_url, namespace, top_k
-        self.options, self.api_key, self.timeout = options, api_key, timeout
-        self.asking = Asking(base_url, namespace, top_k, options, api_key, timeout)
+        self.asking = Asking(
+            base_url=base_url, namespace=namespace, limit=top_k, options=options,
+            api_key=api_key, timeout=timeout,
+        )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         """Serialised with its settings (never the key: give it again when loading)."""
+        a = self.asking
         return default_to_dict(
-            self, base_url=self.base_url, namespace=self.namespace, top_k=self.top_k,
-            options=dict(self.options) if self.options else None, timeout=self.timeout,
+            self, base_url=a.base_url, namespace=a.namespace, top_k=a.limit,
+            options=dict(a.options) if a.options else None, timeout=a.timeout,
         )  # fmt: skip
 
     @classmethod

@@ -10,6 +10,7 @@ the service's score, relevance, confidence, reason and highlight (`memory_metada
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import fields
 from typing import Any
 
 from langchain_core.callbacks import (
@@ -49,10 +50,10 @@ class OrchestratorRetriever(BaseRetriever):
 
     def _ask(self) -> Asking:
         if self._asking is None:
+            # The retriever's settings are Asking's, by the same names.
             self._asking = Asking(
-                self.base_url, self.namespace, self.limit, self.options, self.api_key,
-                self.timeout, self.client, self.async_client,
-            )  # fmt: skip
+                **{f.name: getattr(self, f.name) for f in fields(Asking) if f.init}
+            )
         return self._asking
 
     def _get_relevant_documents(

@@ -54,8 +54,9 @@ class OrchestratorRetriever(BaseRetriever):
         **kwargs: Any,
     ) -> None:
         self.asking = Asking(
-            base_url, namespace, limit, options, api_key, timeout, client, async_client
-        )
+            base_url=base_url, namespace=namespace, limit=limit, options=options,
+            api_key=api_key, timeout=timeout, client=client, async_client=async_client,
+        )  # fmt: skip
         super().__init__(**kwargs)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
