@@ -256,6 +256,9 @@ class QueryIntent:
     time_range: TimeRange | None = None
     # A year alone or a life stage (高校の頃) that cannot become a range.
     time_hints: tuple[str, ...] = ()
+    # The keywords a written date gives ("octob", "13", "2023" of "October 13, 2023"): a memory
+    # states its time in created_at, not in its words, so holding them is no sign of an answer.
+    time_terms: tuple[str, ...] = ()
     importance: float = 0.5
     language: str = "ja"
     # Strings worth matching character by character (names, model numbers), and each one's

@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 
 from retrieval.analysis.answers import asked_kind
 from retrieval.analysis.facts import fact_key
+from retrieval.analysis.frame import frame_spans
 from retrieval.analysis.speaker import ASSISTANT, asked_speaker
 from retrieval.analysis.tense import asks_about_now, plans_ahead, relations_in
 from retrieval.analysis.time.calendar_ja import national_holidays
@@ -109,7 +110,9 @@ class QueryAnalyzer:
         # Relative time words (先週, 最近) describe when, not what: keep them out of the keyword
         # legs. Written dates (1910年, 2025年3月) stay: in a question they are often content.
         relative = [(s, e) for s, e in tp.spans if not any(ch.isdigit() for ch in text[s:e])]
-        body = strip_spans(text, relative) if relative else text
+        # "Do you remember: …", 「…か覚えてる？」 ask to recall and name nothing (analysis/frame).
+        left_out = relative + frame_spans(text)
+        body = strip_spans(text, left_out) if left_out else text
         toks = self.nlp.tokens(body)
         window = tp.range
         if window is not None and _from_today(window, now, zone) and plans_ahead(body, toks):
@@ -117,6 +120,8 @@ class QueryAnalyzer:
         qtype = classify(text, self.dictionary, has_time=window is not None)
         # Honorifics written in Latin letters (Tanaka-san, Kuroda-sensei) are no keywords.
         keywords = _unique([t for t in terms_from_tokens(toks) if t not in LATIN_TITLES])
+        written = [text[s:e] for s, e in tp.spans if any(ch.isdigit() for ch in text[s:e])]
+        time_terms = {t for w in written for t in self.nlp.terms(w)} if written else set()
         focus = question_focus(body, toks)
         entities: list[Entity] = self.nlp.entities(body, toks)
         names = _unique(
@@ -140,6 +145,7 @@ class QueryAnalyzer:
             entities=tuple(entities),
             time_range=window,
             time_hints=tuple(tp.hints),
+            time_terms=tuple(k for k in keywords if k in time_terms),
             importance=round(min(importance, 1.0), 2),
             language="en" if text.isascii() else "ja",
             name_terms=tuple(names[:8]),

@@ -9,9 +9,13 @@ A result's signals, read against the question (`Signals`):
   ("hamster" where only a cat was mentioned) weighs the most;
 - `unmatched`: the largest IDF among the question's words the memory lacks, as a share of the
   largest there can be: 1.0 when the question turns on a word no memory holds;
+- `unseen`: 1 when the memory lacks a word of the question that no memory of the namespace
+  holds ("table" of "table tennis" where only tennis was mentioned), else 0;
 - `who`: +1 when the memory is said by the person (or side: the user, the assistant) the
   question asks about, -1 when said by another and naming none of them ("What did Caroline
   realize after her charity race?" against Melanie's turn), 0 when neither can be told;
+  ABOUT_OTHER when said by the person named but only of "you" ("Maria: Wow John! Congrats on
+  the promotion!" for what Maria was promoted to);
 - `kind`: -1 when the question asks for a kind of answer (a date, an amount, a frequency, a
   number) that the memory does not state, +1 when it does, 0 when it asks for none;
 - `score`: the result's score.
@@ -50,7 +54,7 @@ CLOSE = 0.95
 # ~0.2 ms); the results below them are mapped from who said them, the kind and the score.
 COVERED = 3
 
-SIGNALS = ("verifier", "coverage", "unmatched", "who", "kind", "score")
+SIGNALS = ("verifier", "coverage", "unmatched", "unseen", "who", "kind", "score")
 
 # Frequency and count questions, and what states one (beside answers.py's dates and amounts).
 _ASKS_FREQUENCY = re.compile(
@@ -67,6 +71,16 @@ _GIVES_NUMBER = re.compile(
     r"[一二三四五六七八九十百千万]",
     re.I,
 )
+
+
+# A turn by the person asked about that speaks only of "you" is about whom they speak to.
+ABOUT_OTHER = 0.5
+_FIRST_PERSON = re.compile(
+    r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|we'd|our|ours|us)\b|"
+    r"私|僕|俺|わたし|あたし|うち(?:の|は|も|で)",
+    re.I,
+)
+_SECOND_PERSON = re.compile(r"\b(?:you|your|yours|you're|you've|yourself)\b|あなた|君の|きみ", re.I)
 
 
 def asked(intent: QueryIntent) -> str | None:
@@ -103,10 +117,15 @@ def who(intent: QueryIntent, content: str, metadata: Mapping[str, object] | None
         return 0.0
     label = m.group(1).strip()
     keys = set(latin_keys(label)) if label.isascii() else set()
+    body = content[m.end() :]
     for name in intent.names:
         if name.text.lower() == label.lower() or keys & set(name.keys):
+            # Said by them, but of the one spoken to ("Maria: Wow John! Congrats on the
+            # promotion!"): not as surely theirs.
+            if _SECOND_PERSON.search(body) and not _FIRST_PERSON.search(body):
+                return ABOUT_OTHER
             return 1.0
-    body = content[m.end() :].lower()
+    body = body.lower()
     if any(n.text.lower() in body for n in intent.names):
         return 0.0
     return -1.0
@@ -173,6 +192,8 @@ def signals_of(
 ) -> list[dict[str, float]]:
     """Each result's signals (the verifier's only for those it reads)."""
     kind = asked(intent)
+    # A written date is asked of the memory's time, not its words (QueryIntent.time_terms).
+    asked_words = [k for k in intent.keywords if k not in intent.time_terms]
     out: list[dict[str, float]] = []
     texts = []
     for r in results:
@@ -190,8 +211,9 @@ def signals_of(
         }
         if len(out) < COVERED:
             sig["coverage"], sig["unmatched"] = coverage(
-                intent.keywords, set(terms(window)), idf, unseen
+                asked_words, set(terms(window)), idf, unseen
             )
+            sig["unseen"] = 1.0 if sig["unmatched"] >= 1.0 else 0.0
         out.append(sig)
     if verifier is not None and results:
         first = results[0].score

@@ -43,6 +43,15 @@ def _result(content: str, score: float, i: int = 1, **kw: object) -> ScoredResul
         ("What is the weather like?", "Melanie: sunny", 0.0),
         ("キャロラインはレースの後で何に気づいた？", "Caroline: I realized I love running.", 1.0),
         ("キャロラインはレースの後で何に気づいた？", "Melanie: I realized I love running.", -1.0),
+        # said by the one asked about, but only of "you": about whom she speaks to
+        (
+            "What did Maria get promoted to?",
+            "Maria: Congrats on the promotion! How do you feel?",
+            0.5,
+        ),
+        ("What did Maria get promoted to?", "Maria: Thanks John! I got promoted to manager.", 1.0),
+        # "Remind me" asks to recall; it does not make the question the user's
+        ("Remind me, what did Caroline realize?", "Melanie: I realized I love running.", -1.0),
     ],
 )
 def test_who(analyzer, question, content, expected):
@@ -119,6 +128,7 @@ def test_signals_without_the_verifier(analyzer, nlp):
     assert "verifier" not in sigs[0]
     assert sigs[0]["coverage"] < 0.2  # hamster: in no memory
     assert sigs[0]["unmatched"] == 1.0
+    assert sigs[0]["unseen"] == 1.0
     assert sigs[0]["who"] == 1.0
     assert sigs[0]["score"] == 0.8
 
@@ -129,3 +139,26 @@ def test_the_shipped_calibration_loads():
     assert set(cal.read.weights) >= {"verifier"}
     assert "verifier" not in cal.unread.weights
     assert set(cal.tail.weights) <= {"who", "kind", "score"}
+
+
+def test_a_word_some_memory_holds_is_not_unseen(analyzer, nlp):
+    intent = analyzer.analyze("What is the name of my dog?", NOW)
+    results = [_result("user: My cat Luna sleeps all day.", 0.8)]
+    sigs = signals_of(intent, results, nlp.terms, {"name": 1.0, "cat": 3.0, "dog": 5.0}, 7.0, None)
+    assert 0.0 < sigs[0]["unmatched"] < 1.0
+    assert sigs[0]["unseen"] == 0.0
+
+
+def test_a_written_date_is_asked_of_the_memory_time_not_its_words(analyzer, nlp):
+    intent = analyzer.analyze("What painting did Melanie show on October 13, 2023?", NOW)
+    assert {"octob", "13", "2023"} <= set(intent.time_terms) <= set(intent.keywords)
+    results = [_result("Melanie: Here is the painting I just finished!", 0.7)]
+    sigs = signals_of(intent, results, nlp.terms, {"paint": 2.0, "melani": 1.0}, 7.0, None)
+    assert sigs[0]["coverage"] == 1.0 and sigs[0]["unseen"] == 0.0
+
+
+def test_the_shipped_maps_read_what_the_service_computes():
+    cal = Calibration.load()
+    computed = {"verifier", "coverage", "unmatched", "unseen", "who", "kind", "score"}
+    for m in (cal.read, cal.unread, cal.tail):
+        assert set(m.weights) <= computed
