@@ -15,7 +15,8 @@ A result's signals, read against the question (`Signals`):
   question asks about, -1 when said by another and naming none of them ("What did Caroline
   realize after her charity race?" against Melanie's turn), 0 when neither can be told;
   ABOUT_OTHER when said by the person named but only of "you" ("Maria: Wow John! Congrats on
-  the promotion!" for what Maria was promoted to);
+  the promotion!" for what Maria was promoted to); absent where it does not apply (a question
+  about no one, a memory that says nobody's);
 - `kind`: -1 when the question asks for a kind of answer (a date, an amount, a frequency, a
   number) that the memory does not state, +1 when it does, 0 when it asks for none;
 - `score`: the result's score.
@@ -24,9 +25,10 @@ The map from the signals to `confidence` is a logistic regression fitted on the 
 split (scripts/verifier/fit.py writes `retrieval/data/verifier/confidence.json`: its
 coefficients, the figures on the held-out split, and the thresholds). A result the verifier did
 not read is mapped without it (`unread`), one below the first COVERED without the words it holds
-either (`tail`). `relevance: high` means a
-confidence of at least `high` (the file's; docs/api.md), and the answer's `answered` says
-whether the first result's confidence reaches `answers`.
+either (`tail`), and one whose speaker does not apply by the same fitted without `who`
+(`*_whoever`). `relevance: high` means a confidence of at least `high` (the file's;
+docs/api.md), and the answer's `answered` says whether the first result's confidence reaches
+`answers`.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ CLOSE = 0.95
 # ~0.2 ms); the results below them are mapped from who said them, the kind and the score.
 COVERED = 3
 
+# The suffix of a map fitted without `who` in confidence.json ("unread_whoever").
+WHOEVER = "_whoever"
 SIGNALS = ("verifier", "coverage", "unmatched", "unseen", "who", "kind", "score")
 
 # Frequency and count questions, and what states one (beside answers.py's dates and amounts).
@@ -104,17 +108,18 @@ def states(kind: str, text: str) -> bool:
     return gives(AnswerKind(kind), text)
 
 
-def who(intent: QueryIntent, content: str, metadata: Mapping[str, object] | None) -> float:
+def who(intent: QueryIntent, content: str, metadata: Mapping[str, object] | None) -> float | None:
     """+1 said by whom the question asks about, -1 by someone else, 0 when it cannot be told
-    (see the module)."""
+    (see the module); None when it does not apply: the question asks about no one, or the
+    memory says nobody's."""
     side = turn_speaker(content, metadata)
     if side is not None:
-        return 0.0 if intent.speaker is None else (1.0 if side == intent.speaker else -1.0)
+        return None if intent.speaker is None else (1.0 if side == intent.speaker else -1.0)
     if not intent.names:
-        return 0.0
+        return None
     m = SPEAKER_LABEL.match(content)  # a user's or assistant's label: turn_speaker's above
     if m is None:
-        return 0.0
+        return None
     label = m.group(1).strip()
     keys = set(latin_keys(label)) if label.isascii() else set()
     body = content[m.end() :]
@@ -169,17 +174,37 @@ class Calibration:
     tail: Map  # without it and the words held (below the first COVERED)
     high: float  # `relevance: high` from this confidence up
     answers: float  # the answer says `answered` from this confidence of its first result up
+    # The same three fitted without `who`, for a result whose speaker does not apply (a
+    # question about no one, a memory that says nobody's): `who` 0 means "cannot be told" where
+    # the maps were fitted, and would mark down every memory of a store without speakers.
+    whoever: Mapping[str, Map]
 
     @classmethod
     def load(cls, path: Path = MODEL_DIR / "confidence.json") -> Calibration:
         raw = json.loads(path.read_text())
+
+        def m(name: str) -> Map:
+            return Map(raw[name]["weights"], raw[name]["intercept"])
+
         return cls(
-            read=Map(raw["read"]["weights"], raw["read"]["intercept"]),
-            unread=Map(raw["unread"]["weights"], raw["unread"]["intercept"]),
-            tail=Map(raw["tail"]["weights"], raw["tail"]["intercept"]),
+            read=m("read"),
+            unread=m("unread"),
+            tail=m("tail"),
             high=float(raw["thresholds"]["high"]),
             answers=float(raw["thresholds"]["answers"]),
+            # A file fitted before these maps (fit.py writes them): the maps with `who`.
+            whoever={
+                k: m(k + WHOEVER if k + WHOEVER in raw else k) for k in ("read", "unread", "tail")
+            },
         )
+
+    def map_for(self, signals: Mapping[str, float]) -> Map:
+        """The map for a result's signals: with the verifier's logit, with the words held, or
+        neither; without `who` where it does not apply."""
+        name = "read" if "verifier" in signals else "unread" if "coverage" in signals else "tail"
+        if "who" not in signals:
+            return self.whoever[name]
+        return {"read": self.read, "unread": self.unread, "tail": self.tail}[name]
 
 
 def signals_of(
@@ -206,9 +231,11 @@ def signals_of(
         texts.append(window)
         sig = {
             "score": unit(r.score),
-            "who": who(intent, c.content, c.metadata),
             "kind": 0.0 if kind is None else (1.0 if states(kind, window) else -1.0),
         }
+        said = who(intent, c.content, c.metadata)
+        if said is not None:  # otherwise mapped by a map that does not read it (WHOEVER)
+            sig["who"] = said
         if len(out) < COVERED:
             sig["coverage"], sig["unmatched"] = coverage(
                 asked_words, set(terms(window)), idf, unseen
@@ -235,10 +262,7 @@ def assess(
     the calibration's threshold; a window's labels stay); and whether anything answers."""
     out = []
     for r, s in zip(results, sigs, strict=True):
-        if "verifier" in s:
-            conf = calibration.read(s)
-        else:
-            conf = (calibration.unread if "coverage" in s else calibration.tail)(s)
+        conf = calibration.map_for(s)(s)
         relevance = r.relevance
         if relevance in (Relevance.HIGH, Relevance.MEDIUM):
             relevance = Relevance.HIGH if conf >= calibration.high else Relevance.MEDIUM

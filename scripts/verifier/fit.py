@@ -11,15 +11,17 @@ does; the harness's namespaces `fit-*`, indexed once and reused) with the verifi
 
 Every question is `train`, `fit` or `dev` by its conversation: LoCoMo conv-26 and conv-30 are
 `train` (the verifier's, scripts/verifier/pairs.py), conv-41 is `fit`, everything else (conv-42,
-LongMemEval, asks) `dev`. The maps are fitted on the `fit` questions' first results only (a
-logistic regression, L2 1.0, on `SIGNALS`), which the verifier never saw: fitted where it was
-trained, the map trusted its logit (weight 0.48) as its own training conversations showed it, and
-on the others that weight cost the adversarial questions 0.05 of AUROC. The thresholds are
-chosen there too, on the map a first result gets by default (FIRST: without the verifier, which
-is off by default): `high` so that at most HIGH_FALSE of each set's unanswerable questions get it,
-`answers` the confidence of best balanced accuracy. The table printed (and, with --write, kept
-in confidence.json) is measured on the `dev` questions, which neither the verifier nor the map
-saw: AUROC of each signal alone and of the confidence, false-high, high-when-found, per set.
+LongMemEval, asks) `dev`. Each map (MAPS: its inputs, its splits) is a logistic regression, L2
+1.0, on the first results' signals; the one reading the verifier's logit is fitted on `fit`
+only, which the verifier never saw (fitted where it was trained, the map trusted its logit,
+weight 0.48, as its own training conversations showed it, and on the others that weight cost
+the adversarial questions 0.05 of AUROC); the others on `train` and `fit`. The thresholds are
+chosen on the maps a first result gets by default (FIRST: without the verifier, which is off by
+default): `high` so that at most HIGH_FALSE of each set's unanswerable questions get it,
+`answers` the middle of the confidences whose balanced accuracy is within PLATEAU of the best.
+The table printed (and, with --write, kept in confidence.json) is measured on the `dev`
+questions, which neither the verifier nor the maps saw: AUROC of each signal alone and of the
+confidence, false-high, high-when-found, per set.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from twins import read_jsonl, twins  # noqa: E402
 from retrieval.evaluation.harness import eval_settings  # noqa: E402
 from retrieval.evaluation.indexing import clock_zone, ensure_index, sub_namespace  # noqa: E402
 from retrieval.models import RetrievalOptions  # noqa: E402
-from retrieval.rank.confidence import SIGNALS  # noqa: E402
+from retrieval.rank.confidence import SIGNALS, WHOEVER  # noqa: E402
 from retrieval.rank.verifier import MODEL_DIR  # noqa: E402
 from retrieval.settings import Settings  # noqa: E402
 
@@ -54,6 +56,8 @@ from retrieval.settings import Settings  # noqa: E402
 # questions is ±4 % from the next conversation's.
 HIGH_FALSE = 0.05
 SETS = ("adversarial", "abstain", "twins")
+# `answers`: the middle of the thresholds whose balanced accuracy is within PLATEAU of the best.
+PLATEAU = 0.01
 # Each map's inputs, and the splits it is fitted on. A map that reads the verifier's logit is
 # fitted only where the verifier was not trained (`fit`): on its own training conversations the
 # logit separates better than anywhere else (AUROC 0.67 there, 0.47-0.56 on the others), and a map
@@ -62,10 +66,16 @@ SETS = ("adversarial", "abstain", "twins")
 # leave-one-conversation-out over the conversations it is fitted on (--cv) the two do alike
 # (0.774 / 0.769 adversarial, 0.650 / 0.643 abstain, 0.894 / 0.881 twins), and the binary one carries over to
 # small namespaces, where every word's IDF is near the largest.
+# Each is fitted a second time without `who` (WHOEVER), for the results whose speaker does not
+# apply (a question about no one, a memory that says nobody's).
 MAPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "read": (("verifier", "coverage", "unseen", "who", "kind", "score"), ("fit",)),
     "unread": (("coverage", "unseen", "who", "kind", "score"), ("train", "fit")),
     "tail": (("who", "kind", "score"), ("train", "fit")),
+}
+MAPS |= {
+    f"{name}{WHOEVER}": (tuple(k for k in names if k != "who"), splits)
+    for name, (names, splits) in MAPS.items()
 }
 # The map a first result gets by default: without the verifier (Settings.verifier).
 FIRST = "read" if Settings().verifier else "unread"
@@ -181,7 +191,7 @@ def fit(rows: list[dict]) -> dict[str, Any]:
         out[name] = {"weights": {k: round(float(v), 5) for k, v in zip(names, w, strict=True)},
                      "intercept": round(b, 5)}  # fmt: skip
     fitted = [r for r in rows if r["split"] in MAPS[FIRST][1] and r["signals"]]
-    conf = confidences(fitted, out[FIRST])
+    conf = as_served(fitted, out, FIRST)
     # `high`: at most HIGH_FALSE of each set's unanswerable questions (the bar is each set's).
     high = 0.5
     for s in SETS:
@@ -189,12 +199,16 @@ def fit(rows: list[dict]) -> dict[str, Any]:
                      if r["set"] == s and not r["answerable"]), reverse=True)  # fmt: skip
         if un:
             high = max(high, un[int(math.floor(HIGH_FALSE * len(un)))] + 1e-6)
-    best, answers = -1.0, 0.5
-    for t in np.linspace(0.05, 0.95, 91):
+    grid = np.linspace(0.05, 0.95, 91)
+    balanced = []
+    for t in grid:
         tpr = np.mean([c >= t for c, r in zip(conf, fitted, strict=True) if r["answerable"]])
         tnr = np.mean([c < t for c, r in zip(conf, fitted, strict=True) if not r["answerable"]])
-        if (tpr + tnr) / 2 > best:
-            best, answers = (tpr + tnr) / 2, float(t)
+        balanced.append((tpr + tnr) / 2)
+    # The middle of the plateau, not its highest point: balanced accuracy is flat over a tenth
+    # of the scale (0.684-0.702 from 0.65 to 0.75), and its argmax moved by 0.06 between fits.
+    near = [float(t) for t, b in zip(grid, balanced, strict=True) if b >= max(balanced) - PLATEAU]
+    answers = float(np.median(near))
     out["thresholds"] = {"high": round(float(high), 4), "answers": round(answers, 4)}
     return out
 
@@ -222,6 +236,15 @@ def cross_validate(rows: list[dict], names: tuple[str, ...]) -> dict[str, float]
     return {s: round(float(np.nanmean(v)), 3) for s, v in out.items()}
 
 
+def as_served(rows: list[dict], maps: dict[str, Any], name: str) -> list[float]:
+    """Each row's confidence from the map `name`, or its WHOEVER twin where `who` does not
+    apply, as the service chooses (Calibration.map_for)."""
+    return [
+        confidences([r], maps[name if r["signals"].get("who") is not None else name + WHOEVER])[0]
+        for r in rows
+    ]
+
+
 def confidences(rows: list[dict], m: dict[str, Any]) -> list[float]:
     out = []
     for r in rows:
@@ -232,7 +255,7 @@ def confidences(rows: list[dict], m: dict[str, Any]) -> list[float]:
 
 def table(rows: list[dict], m: dict[str, Any]) -> dict[str, dict[str, Any]]:
     live = [r for r in rows if r["signals"]]
-    for r, c, v in zip(live, confidences(live, m[FIRST]), confidences(live, m["read"]),
+    for r, c, v in zip(live, as_served(live, m, FIRST), as_served(live, m, "read"),
                        strict=True):  # fmt: skip
         r["fitted"], r["fitted_read"] = c, v
     for r in rows:

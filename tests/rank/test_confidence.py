@@ -40,7 +40,10 @@ def _result(content: str, score: float, i: int = 1, **kw: object) -> ScoredResul
         ("What is my cat's name?", "user: my cat is Luna", 1.0),
         ("What is my cat's name?", "assistant: a cat needs a name", -1.0),
         ("Which restaurant you recommended was it?", "assistant: try the ramen place", 1.0),
-        ("What is the weather like?", "Melanie: sunny", 0.0),
+        # whose turn it is does not apply: a question about no one, a memory of nobody's
+        ("What is the weather like?", "Melanie: sunny", None),
+        ("What did Caroline paint?", "The lake at sunrise, in oils.", None),
+        ("What is the capital?", "user: Paris, I think", None),
         ("キャロラインはレースの後で何に気づいた？", "Caroline: I realized I love running.", 1.0),
         ("キャロラインはレースの後で何に気づいた？", "Melanie: I realized I love running.", -1.0),
         # said by the one asked about, but only of "you": about whom she speaks to
@@ -105,10 +108,14 @@ def test_map_and_assess_label_by_confidence(analyzer):
         tail=Map({"score": 1.0}, 0.0),
         high=0.7,
         answers=0.5,
+        whoever={k: Map({"score": 0.0}, -9.0) for k in ("read", "unread", "tail")},
     )
     intent = analyzer.analyze("What is my cat's name?", NOW)
     results = [_result("user: my cat is Luna", 0.9, 1), _result("user: I like dogs", 0.3, 2)]
-    sigs = [{"verifier": 3.0, "score": 0.9}, {"score": 0.3, "coverage": 1.0}]
+    sigs = [
+        {"verifier": 3.0, "score": 0.9, "who": 1.0},
+        {"score": 0.3, "coverage": 1.0, "who": 1.0},
+    ]
     out, answered = assess(results, sigs, cal)
     assert out[0].confidence == pytest.approx(1 / (1 + 2.718281828**-3.0), rel=1e-6)
     assert out[0].relevance is Relevance.HIGH
@@ -118,6 +125,8 @@ def test_map_and_assess_label_by_confidence(analyzer):
     assert out[0].signals["confidence_verifier"] == 3.0
     low, answered = assess(results[1:], sigs[1:], cal)
     assert not answered.answered
+    nobody_s, _ = assess(results[:1], [{"verifier": 3.0, "score": 0.9}], cal)
+    assert nobody_s[0].confidence == pytest.approx(1 / (1 + 2.718281828**9.0), rel=1e-6)
     assert intent.query.startswith("What")
 
 
@@ -161,4 +170,18 @@ def test_the_shipped_maps_read_what_the_service_computes():
     cal = Calibration.load()
     computed = {"verifier", "coverage", "unmatched", "unseen", "who", "kind", "score"}
     for m in (cal.read, cal.unread, cal.tail):
-        assert set(m.weights) <= computed
+        assert set(m.weights) <= computed and "who" in m.weights
+    for m in cal.whoever.values():
+        assert set(m.weights) <= computed - {"who"}
+
+
+def test_a_memory_of_nobody_s_is_mapped_without_who(analyzer, nlp):
+    cal = Calibration.load()
+    intent = analyzer.analyze("京都への出張はいつ？", NOW)
+    results = [_result("来週の金曜に京都へ出張する", 0.6)]
+    sigs = signals_of(intent, results, nlp.terms, {"京都": 2.0, "出張": 2.0}, 7.0, None)
+    assert "who" not in sigs[0]
+    assert cal.map_for(sigs[0]) is cal.whoever["unread"]
+    labelled = {**sigs[0], "who": 1.0}
+    assert cal.map_for(labelled) is cal.unread
+    assert cal.map_for({"score": 0.5, "kind": 0.0}) is cal.whoever["tail"]
