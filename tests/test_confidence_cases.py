@@ -76,3 +76,48 @@ async def test_a_twin_is_less_confident_than_its_question(client, store, answera
     assert twin_got[0]["relevance"] != "high", (twin, twin_got[0])
     assert not twin_answered["answered"], (twin, twin_answered)
     assert 0.0 < twin_answered["threshold"] < 1.0
+
+
+CHAT = [
+    ("c0", "user", "最近テニスを始めたんだ。", None),
+    ("c1", "assistant", "いいですね！テニスはいつしているんですか？", "c0"),
+    ("c2", "user", "毎週土曜日の朝に近所のコートでしている。", "c1"),
+    ("c3", "assistant", "素敵な習慣ですね。ラケットは何を使っていますか？", "c2"),
+    ("c4", "user", "What should I cook tonight?", None),
+    ("c5", "assistant", "How about pasta? When do you usually play tennis, by the way?", "c4"),
+    ("c6", "user", "I play tennis on Sunday afternoons with Ken.", "c5"),
+]
+
+
+@pytest.fixture
+async def chat(client, ns):
+    memories = [
+        {
+            "id": i, "content": f"{role}: {text}", "metadata": {"role": role},
+            "created_at": f"2026-11-01T10:0{n}:00+09:00", "thread": "s1" if n < 4 else "s2",
+            "links": [{"to": to, "label": "reply_to"}] if to else [],
+        }
+        for n, (i, role, text, to) in enumerate(CHAT)
+    ]  # fmt: skip
+    r = await client.post("/v1/memories", json={"namespace": ns, "memories": memories})
+    assert r.status_code == 200, r.text
+    return ns
+
+
+@pytest.mark.parametrize(
+    ("question", "answer", "echo"),
+    [
+        ("テニスはいつしている？", "c2", "c1"),
+        ("When do I play tennis?", "c6", "c5"),
+        ("How often do I play tennis?", "c6", "c5"),
+    ],
+)
+async def test_the_answer_is_surer_than_the_assistant_asking_it(
+    client, chat, question, answer, echo
+):
+    got, answered = await _first(client, chat, question)
+    by_id = {x["id"]: x for x in got}
+    assert got[0]["id"] == answer, got
+    assert answered["answered"], answered
+    assert echo in by_id and by_id[echo]["confidence"] < by_id[answer]["confidence"], by_id
+    assert by_id[echo]["relevance"] != "high"

@@ -11,6 +11,9 @@ A result's signals, read against the question (`Signals`):
   largest there can be: 1.0 when the question turns on a word no memory holds;
 - `unseen`: 1 when the memory lacks a word of the question that no memory of the namespace
   holds ("table" of "table tennis" where only tennis was mentioned), else 0;
+- `asks`: 1 when the memory asks what the question asks (a sentence of it that asks holds one
+  of the question's words: "assistant: When do you play tennis?" for "When do I play tennis?"),
+  which its reply answers, not it;
 - `who`: +1 when the memory is said by the person (or side: the user, the assistant) the
   question asks about, -1 when said by another and naming none of them ("What did Caroline
   realize after her charity race?" against Melanie's turn), 0 when neither can be told;
@@ -40,8 +43,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from retrieval.analysis.answers import AnswerKind, gives
-from retrieval.analysis.speaker import SPEAKER_LABEL, turn_speaker
+from retrieval.analysis.answers import AnswerKind, asks_about, gives
+from retrieval.analysis.speaker import SPEAKER_LABEL, USER, turn_speaker
 from retrieval.models import Answered, QueryIntent, Relevance, ScoredResult, unit
 from retrieval.rank.verifier import MODEL_DIR, Verifier, memory_window
 from retrieval.text.name_keys import latin_keys
@@ -58,7 +61,7 @@ COVERED = 3
 
 # The suffix of a map fitted without `who` in confidence.json ("unread_whoever").
 WHOEVER = "_whoever"
-SIGNALS = ("verifier", "coverage", "unmatched", "unseen", "who", "kind", "score")
+SIGNALS = ("verifier", "coverage", "unmatched", "unseen", "asks", "who", "kind", "score")
 
 # Frequency and count questions, and what states one (beside answers.py's dates and amounts).
 _ASKS_FREQUENCY = re.compile(
@@ -67,7 +70,10 @@ _ASKS_FREQUENCY = re.compile(
 _ASKS_NUMBER = re.compile(r"how many|何人|何個|何匹|何台|何冊|何本|いくつ", re.I)
 _GIVES_FREQUENCY = re.compile(
     r"every (?:day|week|month|morning|night|other|weekend|\w+day)|daily|weekly|monthly|"
-    r"once|twice|times? (?:a|per|each) |毎日|毎週|毎月|毎朝|毎晩|週に|月に|日に|回",
+    r"once|twice|times? (?:a|per|each) |\b(?:usually|regularly|always|often)\b|"
+    r"\b(?:mon|tues|wednes|thurs|fri|satur|sun)days?\s+(?:mornings|afternoons|evenings|nights)\b|"
+    r"\bon\s+(?:mon|tues|wednes|thurs|fri|satur|sun)days\b|\bweekends\b|"
+    r"毎日|毎週|毎月|毎朝|毎晩|週に|月に|日に|回|いつも",
     re.I,
 )
 _GIVES_NUMBER = re.compile(
@@ -114,7 +120,11 @@ def who(intent: QueryIntent, content: str, metadata: Mapping[str, object] | None
     memory says nobody's."""
     side = turn_speaker(content, metadata)
     if side is not None:
-        return None if intent.speaker is None else (1.0 if side == intent.speaker else -1.0)
+        # A Japanese question drops its subject: naming no one, it asks about the asker
+        # (「テニスはいつしている？」 is the user's tennis, not the assistant's).
+        implied = USER if intent.language == "ja" and not intent.names else None
+        asked_side = intent.speaker or implied
+        return None if asked_side is None else (1.0 if side == asked_side else -1.0)
     if not intent.names:
         return None
     m = SPEAKER_LABEL.match(content)  # a user's or assistant's label: turn_speaker's above
@@ -219,6 +229,10 @@ def signals_of(
     kind = asked(intent)
     # A written date is asked of the memory's time, not its words (QueryIntent.time_terms).
     asked_words = [k for k in intent.keywords if k not in intent.time_terms]
+    # What a memory that asks back would ask about: the question's words but its people's names
+    # (every turn of a chat may end on "What about you, John?").
+    people = [n.text for n in intent.names]
+    topic = [k for k in intent.keywords if not any(k in p.lower() for p in people)]
     out: list[dict[str, float]] = []
     texts = []
     for r in results:
@@ -241,6 +255,7 @@ def signals_of(
                 asked_words, set(terms(window)), idf, unseen
             )
             sig["unseen"] = 1.0 if sig["unmatched"] >= 1.0 else 0.0
+            sig["asks"] = 1.0 if topic and asks_about(c.content, topic, people) else 0.0
         out.append(sig)
     if verifier is not None and results:
         first = results[0].score

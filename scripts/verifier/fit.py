@@ -69,8 +69,8 @@ PLATEAU = 0.01
 # Each is fitted a second time without `who` (WHOEVER), for the results whose speaker does not
 # apply (a question about no one, a memory that says nobody's).
 MAPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "read": (("verifier", "coverage", "unseen", "who", "kind", "score"), ("fit",)),
-    "unread": (("coverage", "unseen", "who", "kind", "score"), ("train", "fit")),
+    "read": (("verifier", "coverage", "unseen", "asks", "who", "kind", "score"), ("fit",)),
+    "unread": (("coverage", "unseen", "asks", "who", "kind", "score"), ("train", "fit")),
     "tail": (("who", "kind", "score"), ("train", "fit")),
 }
 MAPS |= {
@@ -82,7 +82,7 @@ FIRST = "read" if Settings().verifier else "unread"
 # The conversations the map is fitted on: LoCoMo dev conversations the verifier was not trained on.
 FIT_CONVERSATIONS = ("locomo-conv-41",)
 # A signal that is higher when nothing answers is read negated in the figures.
-ORIENTED = {"unmatched": -1.0, "unseen": -1.0}
+ORIENTED = {"unmatched": -1.0, "unseen": -1.0, "asks": -1.0}
 LME_NAMESPACES = 1
 L2 = 1.0
 

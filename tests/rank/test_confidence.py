@@ -8,6 +8,7 @@ import pytest
 
 from retrieval.models import Candidate, Relevance, ScoredResult, Source
 from retrieval.rank.confidence import (
+    SIGNALS,
     Calibration,
     Map,
     asked,
@@ -40,6 +41,10 @@ def _result(content: str, score: float, i: int = 1, **kw: object) -> ScoredResul
         ("What is my cat's name?", "user: my cat is Luna", 1.0),
         ("What is my cat's name?", "assistant: a cat needs a name", -1.0),
         ("Which restaurant you recommended was it?", "assistant: try the ramen place", 1.0),
+        # a Japanese question naming no one asks about the asker
+        ("テニスはいつしている？", "assistant: テニスはいつしているんですか？", -1.0),
+        ("テニスはいつしている？", "user: 毎週土曜日の朝にしている。", 1.0),
+        ("田中さんはいつテニスをしている？", "user: 毎週土曜日の朝にしている。", None),
         # whose turn it is does not apply: a question about no one, a memory of nobody's
         ("What is the weather like?", "Melanie: sunny", None),
         ("What did Caroline paint?", "The lake at sunrise, in oils.", None),
@@ -150,6 +155,25 @@ def test_the_shipped_calibration_loads():
     assert set(cal.tail.weights) <= {"who", "kind", "score"}
 
 
+@pytest.mark.parametrize(
+    ("question", "content", "expected"),
+    [
+        ("テニスはいつしている？", "assistant: いいですね！テニスはいつしているんですか？", 1.0),
+        ("テニスはいつしている？", "user: 毎週土曜日の朝に近所のコートでしている。", 0.0),
+        ("When do I play tennis?", "assistant: When do you usually play tennis, by the way?", 1.0),
+        ("When do I play tennis?", "user: I play tennis on Sunday afternoons.", 0.0),
+        # a question back to the person asked about is no echo of this one
+        ("What did John paint?", "Maria: Nice! What about you, John?", 0.0),
+    ],
+)
+def test_asks_marks_a_memory_that_asks_the_question_back(
+    analyzer, nlp, question, content, expected
+):
+    intent = analyzer.analyze(question, NOW)
+    sigs = signals_of(intent, [_result(content, 0.5)], nlp.terms, {}, 7.0, None)
+    assert sigs[0]["asks"] == expected
+
+
 def test_a_word_some_memory_holds_is_not_unseen(analyzer, nlp):
     intent = analyzer.analyze("What is the name of my dog?", NOW)
     results = [_result("user: My cat Luna sleeps all day.", 0.8)]
@@ -168,7 +192,7 @@ def test_a_written_date_is_asked_of_the_memory_time_not_its_words(analyzer, nlp)
 
 def test_the_shipped_maps_read_what_the_service_computes():
     cal = Calibration.load()
-    computed = {"verifier", "coverage", "unmatched", "unseen", "who", "kind", "score"}
+    computed = set(SIGNALS)
     for m in (cal.read, cal.unread, cal.tail):
         assert set(m.weights) <= computed and "who" in m.weights
     for m in cal.whoever.values():
