@@ -19,8 +19,10 @@ the adversarial questions 0.05 of AUROC); the others on `train` and `fit`. The t
 chosen on the maps a first result gets by default (FIRST: without the verifier, which is off by
 default): `high` so that at most HIGH_FALSE of each set's unanswerable questions get it,
 `answers` the middle of the confidences whose balanced accuracy is within PLATEAU of the best.
-The table printed (and, with --write, kept in confidence.json) is measured on the `dev`
-questions, which neither the verifier nor the maps saw: AUROC of each signal alone and of the
+The maps are fitted on the first result by score; the table printed (and, with --write, kept
+in confidence.json) on the first as served (after the confidence reordered the first three:
+retrieval.rank.confidence.promote), on the `dev` questions, which neither the verifier nor the
+maps saw: AUROC of each signal alone and of the
 confidence, false-high, high-when-found, per set.
 """
 
@@ -126,12 +128,18 @@ async def ask_all(rt: Any, base: str, queries: list[dict], set_name: str) -> lis
         res = await rt.orchestrator.retrieve(q["query"], opts)
         top = res.results[0] if res.results else None
         ids = [r.id for r in res.results[:5]]
-        sig = {k: top.signals.get(f"confidence_{k}") for k in SIGNALS} if top else {}
+        # The maps are fitted on the first by score, before the confidence reordered the first
+        # three (promote put it second); the table measures the first as served.
+        promoted = top is not None and "confidence_promoted" in top.signals
+        by_score = res.results[1] if promoted else top
+        sig = {k: by_score.signals.get(f"confidence_{k}") for k in SIGNALS} if by_score else {}
+        served = {k: top.signals.get(f"confidence_{k}") for k in SIGNALS} if top else {}
         rows.append({
             "qid": q["qid"], "set": set_name, "namespace": q["namespace"],
             "split": split_of(q["namespace"]), "answerable": q.get("answerable", True),
             "found5": bool(set(q.get("relevant", [])) & set(ids)),
-            "signals": sig, "confidence": top.confidence if top else 0.0,
+            "signals": sig, "served": served, "promoted": promoted,
+            "confidence": top.confidence if top else 0.0,
             "label": top.relevance.value if top else "none",
             "first": top.id if top else None, "trap": q.get("trap", []),
             "confidence_ms": res.metadata.stage_latency_ms.get("confidence", 0.0),
@@ -254,6 +262,8 @@ def confidences(rows: list[dict], m: dict[str, Any]) -> list[float]:
 
 
 def table(rows: list[dict], m: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    # The first result as served (after promote), its signals in place of the first by score's.
+    rows = [{**r, "signals": r.get("served", r["signals"])} for r in rows]
     live = [r for r in rows if r["signals"]]
     for r, c, v in zip(live, as_served(live, m, FIRST), as_served(live, m, "read"),
                        strict=True):  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -14,6 +15,7 @@ from retrieval.rank.confidence import (
     asked,
     assess,
     coverage,
+    promote,
     signals_of,
     states,
     who,
@@ -209,3 +211,33 @@ def test_a_memory_of_nobody_s_is_mapped_without_who(analyzer, nlp):
     labelled = {**sigs[0], "who": 1.0}
     assert cal.map_for(labelled) is cal.unread
     assert cal.map_for({"score": 0.5, "kind": 0.0}) is cal.whoever["tail"]
+
+
+def _sure(i: int, score: float, confidence: float) -> ScoredResult:
+    r = _result(f"user: memory {i}", score, i)
+    return replace(r, confidence=confidence, reason=f"found by vector #{i}")
+
+
+def test_a_clearly_surer_result_close_by_score_is_put_first():
+    results = [_sure(1, 0.9, 0.40), _sure(2, 0.85, 0.55), _sure(3, 0.8, 0.90), _sure(4, 0.7, 0.99)]
+    out = promote(results)
+    assert [r.candidate.id for r in out] == [3, 1, 2, 4]  # the fourth is beyond PROMOTE_AMONG
+    assert out[0].score == 0.9 and all(
+        a.score >= b.score for a, b in zip(out, out[1:], strict=False)
+    )
+    assert "put first by its confidence (0.90 against 0.40 for m1)" in out[0].reason
+    assert out[0].signals["confidence_promoted"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "results",
+    [
+        [_sure(1, 0.9, 0.40), _sure(2, 0.85, 0.45)],  # not clearly surer
+        [_sure(1, 0.9, 0.40), _sure(2, 0.6, 0.95)],  # too far below by score
+        [_sure(1, 0.9, 0.80), _sure(2, 0.85, 0.60)],  # the first is the surest
+        [_sure(1, 0.9, 0.40)],
+        [],
+    ],
+)
+def test_otherwise_the_order_stays(results):
+    assert promote(results) == results
