@@ -258,9 +258,12 @@ def signals_of(
         if said is not None:  # otherwise mapped by a map that does not read it (WHOEVER)
             sig["who"] = said
         if len(out) < COVERED:
-            sig["coverage"], sig["unmatched"] = coverage(
-                asked_words, set(terms(window)), idf, unseen
-            )
+            held = set(terms(window))
+            if r.chain:
+                # It replies to the question a seed asks: the words it turns on are the seed's
+                # (「近くのカフェに決まったよ。」 for 「ヒスイの集まりはどこでやる？」).
+                held |= set(terms(memory_window(intent.query, r.chain)))
+            sig["coverage"], sig["unmatched"] = coverage(asked_words, held, idf, unseen)
             sig["unseen"] = 1.0 if sig["unmatched"] >= 1.0 else 0.0
             sig["asks"] = 1.0 if topic and asks_about(c.content, topic, people) else 0.0
         out.append(sig)

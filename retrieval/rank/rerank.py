@@ -448,4 +448,5 @@ def _label(
     else:
         relevance = Relevance.LOW
     reason = explain(r, window, rec, near, expanded.vias.get(r.candidate.id, ()))
-    return replace(r, relevance=relevance, reason=reason)
+    chain = expanded.chain_text.get(r.candidate.id)
+    return replace(r, relevance=relevance, reason=reason, chain=chain)

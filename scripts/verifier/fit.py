@@ -58,6 +58,11 @@ from retrieval.settings import Settings  # noqa: E402
 # questions is ±4 % from the next conversation's.
 HIGH_FALSE = 0.05
 SETS = ("adversarial", "abstain", "twins")
+# Japanese twins (`twins_ja`), made of these sets' questions over their one store: the first's
+# fitted on (`fit`: the maps without `who`, which a store without speakers gets), the second's
+# measured (`dev`). Sets the verifier was not trained on (multihop_dev it was).
+JA_TWIN_SETS = ("temporal_dev", "temporal_hard_dev")
+TABLE_SETS = (*SETS, "twins_ja")
 # `answers`: the middle of the thresholds whose balanced accuracy is within PLATEAU of the best.
 PLATEAU = 0.01
 # Each map's inputs, and the splits it is fitted on. A map that reads the verifier's logit is
@@ -109,20 +114,26 @@ def logistic(x: np.ndarray, y: np.ndarray, l2: float = L2) -> tuple[np.ndarray, 
 
 def split_of(namespace: str) -> str:
     """`train` (the verifier's conversations), `fit` (the map's) or `dev` (neither's)."""
+    if namespace in JA_TWIN_SETS:
+        return "fit" if namespace == JA_TWIN_SETS[0] else "dev"
     for split, conversations in (("train", TRAIN_CONVERSATIONS), ("fit", FIT_CONVERSATIONS)):
         if any(namespace.endswith(c) or f"{c}-" in namespace for c in conversations):
             return split
     return "dev"
 
 
-async def ask_all(rt: Any, base: str, queries: list[dict], set_name: str) -> list[dict]:
+async def ask_all(
+    rt: Any, base: str, queries: list[dict], set_name: str, whole: bool = False
+) -> list[dict]:
+    """Each question's first results and their signals; `whole`: a corpus set indexed into
+    `base` itself (its questions name the set, not a namespace of their own)."""
     print(f"asking {len(queries)} questions of {set_name} ({base})", file=sys.stderr, flush=True)
     rows = []
     for q in queries:
         now = q.get("now")
         when = datetime.fromisoformat(now) if now else None
         opts = RetrievalOptions(
-            namespace=sub_namespace(base, q["namespace"]), limit=10, now=when,
+            namespace=base if whole else sub_namespace(base, q["namespace"]), limit=10, now=when,
             timezone=clock_zone(when), log_run=False,
         )  # fmt: skip
         res = await rt.orchestrator.retrieve(q["query"], opts)
@@ -181,6 +192,10 @@ async def collect(root: Path) -> list[dict]:
         for prefix, base in (("locomo-", "fit-adv"), ("lme-", "fit-lme"), ("asks", "fit-asks")):
             part = [q for q in pairs if q["namespace"].startswith(prefix)]
             rows += await ask_all(rt, base, part, "twins")
+        for name in JA_TWIN_SETS:  # ジム -> プール
+            await ensure_index(rt, root / name / "corpus.jsonl", f"fit-{name}", None)
+            part = twins([root / name])
+            rows += await ask_all(rt, f"fit-{name}", part, "twins_ja", whole=True)
         return rows
     finally:
         await rt.close()
@@ -193,7 +208,12 @@ def features(rows: list[dict], names: tuple[str, ...]) -> np.ndarray:
 def fit(rows: list[dict]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, (names, splits) in MAPS.items():
-        part = [r for r in rows if r["split"] in splits and r["signals"]]
+        # A map that reads `who` is fitted where it applies, its WHOEVER twin where it does not.
+        applies = not name.endswith(WHOEVER)
+        part = [
+            r for r in rows if r["split"] in splits and r["signals"]
+            and (r["signals"].get("who") is not None) == applies
+        ]  # fmt: skip
         y = np.asarray([1.0 if r["answerable"] else 0.0 for r in part])
         w, b = logistic(features(part, names), y)
         out[name] = {"weights": {k: round(float(v), 5) for k, v in zip(names, w, strict=True)},
@@ -202,7 +222,7 @@ def fit(rows: list[dict]) -> dict[str, Any]:
     conf = as_served(fitted, out, FIRST)
     # `high`: at most HIGH_FALSE of each set's unanswerable questions (the bar is each set's).
     high = 0.5
-    for s in SETS:
+    for s in TABLE_SETS:
         un = sorted((c for c, r in zip(conf, fitted, strict=True)
                      if r["set"] == s and not r["answerable"]), reverse=True)  # fmt: skip
         if un:
@@ -272,7 +292,7 @@ def table(rows: list[dict], m: dict[str, Any]) -> dict[str, dict[str, Any]]:
         r.setdefault("fitted", 0.0)
         r.setdefault("fitted_read", 0.0)
     out: dict[str, dict[str, Any]] = {}
-    for s in SETS:
+    for s in TABLE_SETS:
         part = [r for r in rows if r["set"] == s and r["split"] == "dev"]
         pos = [r for r in part if r["answerable"]]
         neg = [r for r in part if not r["answerable"]]

@@ -70,6 +70,8 @@ LEADS_EN = ("", "Do you remember: ", "Quick question. ", "Remind me, ", "I forgo
 LEADS_JA = (("", ""), ("", "か覚えてる？"), ("ちょっと聞きたいんだけど、", ""), ("ねえ、", ""))
 
 _JA = re.compile("[\u3040-\u30ff\u3400-\u9fff]")
+# A Japanese question that ends on its question word takes 「か覚えてる？」 after it.
+_JA_ASKING = ("いつ", "どこ", "何", "誰", "だれ", "どれ", "いくら", "どう", "どんな", "いくつ")
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -101,11 +103,36 @@ def _reworded(query: str, swap: tuple[str, str] | None, lead: int) -> str:
     if _JA.search(query):
         head, tail = LEADS_JA[lead % len(LEADS_JA)]
         if tail:
-            q = q.rstrip("？?。") + tail
+            q = q.rstrip("？?。")
+            # 「…はいつ」 + 「か覚えてる？」; else 「…の名前、覚えてる？」 (not 「…の名前はか覚えてる？」)
+            if not q.endswith(_JA_ASKING):
+                q, tail = q.removesuffix("は") + "、", tail.removeprefix("か")
+            q += tail
         return head + q
     head = LEADS_EN[lead % len(LEADS_EN)]
     lower = head and q[:1].isupper() and q[1:2].islower()  # "What …", not "I …"
     return head + (q[0].lower() + q[1:] if lower else q)
+
+
+def read_set(setdir: Path) -> tuple[list[dict], list[dict]]:
+    """A set's memories and questions as a conversation set holds them (namespace, id, content;
+    qid, query, namespace, now, relevant); a corpus set (corpus.jsonl, queries.jsonl of id, text,
+    now, and qrels.tsv: temporal_dev, multihop_dev) is read as one namespace named for its folder."""
+    if (setdir / "memories.jsonl").exists() or (setdir / "memories.jsonl.gz").exists():
+        return read_jsonl(setdir / "memories.jsonl"), read_jsonl(setdir / "queries.jsonl")
+    ns = setdir.name
+    relevant: dict[str, list[str]] = defaultdict(list)
+    for line in (setdir / "qrels.tsv").read_text().splitlines():
+        qid, mid, grade = line.split("\t")[:3]
+        if float(grade) > 0:
+            relevant[qid].append(mid)
+    memories = [{**m, "namespace": ns} for m in read_jsonl(setdir / "corpus.jsonl")]
+    queries = [
+        {"qid": q["id"], "query": q["text"], "namespace": ns, "now": q.get("now"),
+         "relevant": relevant.get(q["id"], [])}
+        for q in read_jsonl(setdir / "queries.jsonl")
+    ]  # fmt: skip
+    return memories, queries
 
 
 def twins(setdirs: list[Path], seed: int = 7) -> list[dict]:
@@ -113,10 +140,11 @@ def twins(setdirs: list[Path], seed: int = 7) -> list[dict]:
     rng = random.Random(seed)
     out: list[dict] = []
     for setdir in setdirs:
+        memories, queries = read_set(setdir)
         store: dict[str, str] = defaultdict(str)
-        for m in read_jsonl(setdir / "memories.jsonl"):
+        for m in memories:
             store[m["namespace"]] += "\n" + m["content"]
-        for q in read_jsonl(setdir / "queries.jsonl"):
+        for q in queries:
             if not q.get("relevant") or q.get("answerable") is False:
                 continue
             text, ns = q.get("query") or q.get("text", ""), q["namespace"]
