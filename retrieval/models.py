@@ -493,9 +493,6 @@ class Result:
     superseded_by: str | None = None
     # How likely it answers the question, in [0, 1] (retrieval.rank.confidence).
     confidence: float | None = None
-    # A reply to the question a seed asks (an answering hop): that question and the memory, as
-    # one text, which the confidence reads for the words the question turns on.
-    chain: str | None = None
 
 
 def unit(score: float) -> float:

@@ -137,17 +137,25 @@ def asks_about(text: str, keywords: Sequence[str], names: Sequence[str] = ()) ->
     often do you work out?" for "How often does John work out with his family?"), not when the
     turn before merely ends on "What about you, John?" — in a conversation most turns do. A
     query with nothing but names to compare keeps every asking turn."""
+    wanted = topic_words(keywords, names)
+    return asks_any(text, wanted) if wanted else True
+
+
+def topic_words(keywords: Sequence[str], names: Sequence[str] = ()) -> list[str]:
+    """The query's keywords that are not (part of) one of its names: what a question asks about."""
     name_words = {english_norm(w) for n in names for w in _LATIN_WORD_RE.findall(n)}
-    wanted = [k for k in keywords if k not in name_words and not any(k in n for n in names)]
-    if not wanted:
-        return True
+    return [k for k in keywords if k not in name_words and not any(k in n for n in names)]
+
+
+def asks_any(text: str, words: Sequence[str]) -> bool:
+    """Whether one of the sentences the text asks holds one of the words."""
     asked = [m.group(0) for m in _ASKING_SENTENCE_RE.finditer(normalize_text(text[:SCAN_CHARS]))]
     if not asked:
         return False
     for sentence in asked:
         stems = {english_norm(w) for w in _LATIN_WORD_RE.findall(sentence)}
         low = sentence.lower()
-        for k in wanted:
+        for k in words:
             if k in stems if k.isascii() else k in low:
                 return True
     return False

@@ -17,8 +17,8 @@ A result's signals, read against the question (`Signals`):
 - `who`: +1 when the memory is said by the person (or side: the user, the assistant) the
   question asks about, -1 when said by another and naming none of them ("What did Caroline
   realize after her charity race?" against Melanie's turn), 0 when neither can be told;
-  ABOUT_OTHER when said by the person named but only of "you" ("Maria: Wow John! Congrats on
-  the promotion!" for what Maria was promoted to); absent where it does not apply (a question
+  ABOUT_OTHER when said by the person named but only of "you" ("Maria: Congrats on the
+  promotion! How do you feel?" for what Maria was promoted to); absent where it does not apply (a question
   about no one, a memory that says nobody's);
 - `kind`: -1 when the question asks for a kind of answer (a date, an amount, a frequency, a
   number) that the memory does not state, +1 when it does, 0 when it asks for none;
@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from retrieval.analysis.answers import AnswerKind, asks_about, gives
+from retrieval.analysis.answers import AnswerKind, asks_any, gives, topic_words
 from retrieval.analysis.speaker import SPEAKER_LABEL, USER, turn_speaker
 from retrieval.models import Answered, QueryIntent, Relevance, ScoredResult, unit
 from retrieval.rank.verifier import MODEL_DIR, Verifier, memory_window
@@ -142,8 +142,8 @@ def who(intent: QueryIntent, content: str, metadata: Mapping[str, object] | None
     body = content[m.end() :]
     for name in intent.names:
         if name.text.lower() == label.lower() or keys & set(name.keys):
-            # Said by them, but of the one spoken to ("Maria: Wow John! Congrats on the
-            # promotion!"): not as surely theirs.
+            # Said by them, but of the one spoken to ("Maria: Congrats on the promotion! How
+            # do you feel?"): not as surely theirs.
             if _SECOND_PERSON.search(body) and not _FIRST_PERSON.search(body):
                 return ABOUT_OTHER
             return 1.0
@@ -238,8 +238,7 @@ def signals_of(
     asked_words = [k for k in intent.keywords if k not in intent.time_terms]
     # What a memory that asks back would ask about: the question's words but its people's names
     # (every turn of a chat may end on "What about you, John?").
-    people = [n.text for n in intent.names]
-    topic = [k for k in intent.keywords if not any(k in p.lower() for p in people)]
+    topic = topic_words(intent.keywords, [n.text for n in intent.names])
     out: list[dict[str, float]] = []
     texts = []
     for r in results:
@@ -265,7 +264,7 @@ def signals_of(
                 held |= set(terms(memory_window(intent.query, r.chain)))
             sig["coverage"], sig["unmatched"] = coverage(asked_words, held, idf, unseen)
             sig["unseen"] = 1.0 if sig["unmatched"] >= 1.0 else 0.0
-            sig["asks"] = 1.0 if topic and asks_about(c.content, topic, people) else 0.0
+            sig["asks"] = 1.0 if topic and asks_any(c.content, topic) else 0.0
         out.append(sig)
     if verifier is not None and results:
         first = results[0].score

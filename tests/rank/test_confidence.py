@@ -166,6 +166,8 @@ def test_the_shipped_calibration_loads():
         ("When do I play tennis?", "user: I play tennis on Sunday afternoons.", 0.0),
         # a question back to the person asked about is no echo of this one
         ("What did John paint?", "Maria: Nice! What about you, John?", 0.0),
+        # a question of names only (Tilly, stemmed "tilli") asks nothing a memory could echo
+        ("When did Nate get Tilly for Joanna?", "Joanna: Tilly helps me stay focused.", 0.0),
     ],
 )
 def test_asks_marks_a_memory_that_asks_the_question_back(
