@@ -106,6 +106,8 @@ async def authed(rt):
 @pytest.fixture(scope="session")
 def served(rt) -> Iterator[str]:
     """`retrieval serve` over the tests' database, for what needs a real HTTP server (the
-    server's own refusals, the framework adapters); its base URL."""
-    with running_server(rt.dsn) as url:
+    server's own refusals, the framework adapters); its base URL. It takes no write jobs: it
+    lives through the session, and its worker would claim the jobs that tests queue to claim
+    themselves (a test of the claim order lost one to it)."""
+    with running_server(rt.dsn, {"RETRIEVAL_JOB_WORKER": "false"}) as url:
         yield url
