@@ -43,11 +43,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from retrieval.analysis.answers import AnswerKind, asks_any, gives, topic_words
+from retrieval.analysis.answers import SCAN_CHARS, AnswerKind, asks_any, gives, topic_words
 from retrieval.analysis.speaker import SPEAKER_LABEL, USER, turn_speaker
 from retrieval.models import Answered, QueryIntent, Relevance, ScoredResult, unit
 from retrieval.rank.verifier import MODEL_DIR, Verifier, memory_window
 from retrieval.text.name_keys import latin_keys
+from retrieval.text.nlp import english_norm
 
 # The verifier reads the first result and, up to VERIFIED in all, each next one whose score is
 # at least CLOSE times the first's (a near tie), one pair a run: a LoCoMo pair costs ~3.6 ms here
@@ -140,17 +141,54 @@ def who(intent: QueryIntent, content: str, metadata: Mapping[str, object] | None
     label = m.group(1).strip()
     keys = set(latin_keys(label)) if label.isascii() else set()
     body = content[m.end() :]
+    # Whose the words asked about are in the turn: "your new hair color" is the one spoken to's.
+    held_by = whose(body, topic_words(intent.keywords, [n.text for n in intent.names]))
     for name in intent.names:
         if name.text.lower() == label.lower() or keys & set(name.keys):
             # Said by them, but of the one spoken to ("Maria: Congrats on the promotion! How
-            # do you feel?"): not as surely theirs.
-            if _SECOND_PERSON.search(body) and not _FIRST_PERSON.search(body):
+            # do you feel?", "Joanna: Wow, your new hair color looks amazing!"): not as surely
+            # theirs.
+            if held_by == "you" or (_SECOND_PERSON.search(body) and not _FIRST_PERSON.search(body)):
                 return ABOUT_OTHER
             return 1.0
-    body = body.lower()
-    if any(n.text.lower() in body for n in intent.names):
-        return 0.0
+    if any(n.text.lower() in body.lower() for n in intent.names):
+        # Named, but the words asked about are the speaker's own ("Joanna: Nate, I took my
+        # turtles to the beach"): someone else's.
+        return -1.0 if held_by == "me" else 0.0
     return -1.0
+
+
+_PERSON = re.compile(
+    r"\b(?:(?P<me>i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|we'd|our|ours|us)|"
+    r"(?P<you>you|your|yours|you're|you've|you'd|you'll|yourself|yourselves))\b",
+    re.I,
+)
+_SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？\n]*")
+_LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9'-]*")
+
+
+def whose(body: str, words: Sequence[str]) -> str | None:
+    """Whose the words are where an English turn holds them: "you" when every one the turn
+    holds follows a second person nearest ("your new hair color", "you would be getting a third
+    turtle") and "me" when one follows a first person ("I took my turtles"), within its
+    sentence; None when none is held after a person."""
+    wanted = {w for w in words if w.isascii()}
+    if not wanted:
+        return None
+    mine = yours = 0
+    for s in _SENTENCE.finditer(body[:SCAN_CHARS]):
+        sentence = s.group(0)
+        marks = [(p.start(), p.lastgroup) for p in _PERSON.finditer(sentence)]
+        if not marks:
+            continue
+        for w in _LATIN_WORD.finditer(sentence):
+            if english_norm(w.group(0)) not in wanted:
+                continue
+            before = [g for at, g in marks if at < w.start()]
+            if before:
+                mine += before[-1] == "me"
+                yours += before[-1] == "you"
+    return "me" if mine else "you" if yours else None
 
 
 def coverage(

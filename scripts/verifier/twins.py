@@ -43,7 +43,6 @@ SIBLINGS_EN = (
     ("Paris", "London", "Rome", "Berlin", "Madrid", "Lisbon", "Prague", "Vienna"),
     ("Tokyo", "Osaka", "Kyoto", "Seoul", "Bangkok", "Singapore", "Sydney"),
     ("beach", "mountain", "lake", "forest", "desert", "island"),
-    ("spring", "summer", "autumn", "winter"),
     ("red", "blue", "green", "yellow", "purple", "orange"),
     ("nurse", "teacher", "lawyer", "engineer", "chef", "pilot", "architect"),
     ("museum", "library", "gym", "park", "zoo", "aquarium", "theater"),
@@ -63,7 +62,6 @@ SIBLINGS_JA = (
     ("コーヒー", "紅茶", "ワイン", "ビール", "日本酒"),
     ("寿司", "ラーメン", "カレー", "パスタ", "ピザ", "天ぷら"),
     ("予算", "納期", "人数", "会場"),
-    ("春", "夏", "秋", "冬"),
     ("映画", "ドラマ", "小説", "漫画", "アニメ"),
 )
 LEADS_EN = ("", "Do you remember: ", "Quick question. ", "Remind me, ", "I forgot. ")
@@ -91,6 +89,23 @@ def _holds(text: str, word: str) -> bool:
     return re.search(rf"\b{re.escape(word)}(?:s|es)?\b", text, re.IGNORECASE) is not None
 
 
+def _plural(word: str) -> str:
+    """An English noun's plural, enough for the sibling groups ("guinea pig" -> "guinea pigs",
+    "goldfish" as it is)."""
+    if word.endswith(("fish", "s")):
+        return word
+    if word.endswith(("sh", "ch", "x")):
+        return word + "es"
+    if word.endswith("y") and word[-2:-1] not in "aeiou":
+        return word[:-1] + "ies"
+    return word + "s"
+
+
+def _like(seen: str, word: str) -> str:
+    """`word` capitalised as `seen` was ("Turtles" -> "Hamsters")."""
+    return word[:1].upper() + word[1:] if seen[:1].isupper() else word
+
+
 def _reworded(query: str, swap: tuple[str, str] | None, lead: int) -> str:
     """The question with a word swapped (None: as it is) and lead-in `lead` put before it."""
     q = query
@@ -99,7 +114,13 @@ def _reworded(query: str, swap: tuple[str, str] | None, lead: int) -> str:
         if _JA.search(old):
             q = q.replace(old, new, 1)
         else:
-            q = re.sub(rf"\b{re.escape(old)}\b", new, q, count=1, flags=re.IGNORECASE)
+            q = re.sub(
+                rf"\b{re.escape(old)}(s|es)?\b",
+                lambda m: _like(m.group(0), _plural(new) if m.group(1) else new),
+                q,
+                count=1,
+                flags=re.IGNORECASE,
+            )
     if _JA.search(query):
         head, tail = LEADS_JA[lead % len(LEADS_JA)]
         if tail:
