@@ -17,9 +17,12 @@ A result's signals, read against the question (`Signals`):
 - `who`: +1 when the memory is said by the person (or side: the user, the assistant) the
   question asks about, -1 when said by another and naming none of them ("What did Caroline
   realize after her charity race?" against Melanie's turn), 0 when neither can be told;
-  ABOUT_OTHER when said by the person named but only of "you" ("Maria: Congrats on the
-  promotion! How do you feel?" for what Maria was promoted to); absent where it does not apply (a question
-  about no one, a memory that says nobody's);
+  ABOUT_OTHER when said by the person named but of "you" (only of "you": "Maria: Congrats on
+  the promotion! How do you feel?" for what Maria was promoted to; or the words asked about
+  after a "you": "Joanna: Wow, your new hair color looks amazing!", `whose`), -1 too when it
+  names them but holds those words after an "I" ("Nate: Joanna, I took my turtles to the
+  beach"); absent where it does not apply (a question about no one, a memory that says
+  nobody's);
 - `kind`: -1 when the question asks for a kind of answer (a date, an amount, a frequency, a
   number) that the memory does not state, +1 when it does, 0 when it asks for none;
 - `score`: the result's score.

@@ -19,6 +19,7 @@ from retrieval.rank.confidence import (
     signals_of,
     states,
     who,
+    whose,
 )
 
 NOW = datetime(2026, 11, 22, 3, 0, tzinfo=UTC)
@@ -60,6 +61,21 @@ def _result(content: str, score: float, i: int = 1, **kw: object) -> ScoredResul
             0.5,
         ),
         ("What did Maria get promoted to?", "Maria: Thanks John! I got promoted to manager.", 1.0),
+        # the words asked about follow "your": the one spoken to's, though she says "me"
+        (
+            "What color did Joanna choose for her hair?",
+            "Joanna: Wow, your new hair color looks amazing! Tell me all about it!",
+            0.5,
+        ),
+        ("Why did Joanna get a third turtle?", "Joanna: I bet you got a third turtle.", 0.5),
+        ("Why did Joanna get a third turtle?", "Joanna: I got a third turtle, Nate!", 1.0),
+        # the one asked about named, but the words asked about are the speaker's own
+        (
+            "What did Joanna take to the beach?",
+            "Nate: Joanna, I took my turtles to the beach.",
+            -1.0,
+        ),
+        ("What did Joanna take to the beach?", "Nate: Joanna took turtles to the beach.", 0.0),
         # "Remind me" asks to recall; it does not make the question the user's
         ("Remind me, what did Caroline realize?", "Melanie: I realized I love running.", -1.0),
     ],
@@ -67,6 +83,20 @@ def _result(content: str, score: float, i: int = 1, **kw: object) -> ScoredResul
 def test_who(analyzer, question, content, expected):
     intent = analyzer.analyze(question, NOW)
     assert who(intent, content, {}) == expected
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("Wow, your new hair color looks amazing! Tell me all about it!", "you"),
+        ("I bet you would be getting a third turtle.", "you"),
+        ("You asked, so: my turtles went to the beach.", "me"),
+        ("Turtles at the beach, what a day.", None),  # held, but after no one
+        ("I love the beach.", None),  # not held
+    ],
+)
+def test_whose_the_words_are(body, expected):
+    assert whose(body, ["turtl", "hair", "color"]) == expected
 
 
 def test_who_reads_a_role_in_metadata(analyzer):
