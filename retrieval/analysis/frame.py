@@ -19,12 +19,13 @@ from __future__ import annotations
 import re
 
 _WH = r"(?=\s*(?:what|when|where|which|who|whom|whose|why|how|if|whether|did|do|does|is|are|was|were)\b)"
+# Where an English frame ends: at punctuation, or before a question word.
+_EN_END = r"(?:\s*[,.:;!?-]+\s*|" + _WH + r")"
 # An opener is a frame before punctuation or a question word ("So what did …", "Well, …"), not
 # before another word ("Well water …").
 _EN_OPENER = re.compile(
     r"(?:hey|hi|hello|ok|okay|so|um+|uh+|well|btw|by the way|one more thing|"
-    r"(?:a )?quick question|(?:just )?(?:curious|wondering)|question)"
-    r"(?:\s*[,.:;!?-]+\s*|" + _WH + r")",
+    r"(?:a )?quick question|(?:just )?(?:curious|wondering)|question)" + _EN_END,
     re.IGNORECASE,
 )
 _EN_REQUEST = re.compile(
@@ -32,11 +33,11 @@ _EN_REQUEST = re.compile(
     r"(?:remind\s+me|tell\s+me|help\s+me\s+remember)(?:\s+(?:of|about))?|"
     r"(?:do|did|would|can)\s+you\s+(?:happen\s+to\s+|still\s+)?(?:remember|recall|know)|"
     r"remember|recall)"
-    r"(?:\s*[,.:;!?-]+\s*|" + _WH + r"|\s+(?=\S))"
+    r"(?:" + _EN_END + r"|\s+(?=\S))"
     r"|"
     r"(?:i\s+(?:forgot|forget|can'?t\s+remember|cannot\s+remember|don'?t\s+remember|"
     r"can'?t\s+recall|was\s+wondering)|i'?m\s+(?:trying\s+to\s+remember|wondering)|i\s+wonder)"
-    r"(?:\s*[,.:;!?-]+\s*|" + _WH + r")",
+    + _EN_END,
     re.IGNORECASE,
 )
 _JA_OPENER = re.compile(
