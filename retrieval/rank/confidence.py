@@ -96,12 +96,11 @@ _GIVES_NUMBER = re.compile(
 
 # A turn by the person asked about that speaks only of "you" is about whom they speak to.
 ABOUT_OTHER = 0.5
-_FIRST_PERSON = re.compile(
-    r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|we'd|our|ours|us)\b|"
-    r"私|僕|俺|わたし|あたし|うち(?:の|は|も|で)",
-    re.I,
-)
-_SECOND_PERSON = re.compile(r"\b(?:you|your|yours|you're|you've|yourself)\b|あなた|君の|きみ", re.I)
+# English first and second persons, read by the whole-turn check below and by `whose`.
+_ME = r"i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|we'd|our|ours|us"
+_YOU = r"you|your|yours|you're|you've|yourself"
+_FIRST_PERSON = re.compile(rf"\b(?:{_ME})\b|私|僕|俺|わたし|あたし|うち(?:の|は|も|で)", re.I)
+_SECOND_PERSON = re.compile(rf"\b(?:{_YOU})\b|あなた|君の|きみ", re.I)
 
 
 def asked(intent: QueryIntent) -> str | None:
@@ -144,28 +143,28 @@ def who(intent: QueryIntent, content: str, metadata: Mapping[str, object] | None
     label = m.group(1).strip()
     keys = set(latin_keys(label)) if label.isascii() else set()
     body = content[m.end() :]
-    # Whose the words asked about are in the turn: "your new hair color" is the one spoken to's.
-    held_by = whose(body, topic_words(intent.keywords, [n.text for n in intent.names]))
+    # Whose the words asked about are in the turn (`whose`): "your new hair color" is the one
+    # spoken to's. Read only where it decides.
+    topic = topic_words(intent.keywords, [n.text for n in intent.names])
     for name in intent.names:
         if name.text.lower() == label.lower() or keys & set(name.keys):
             # Said by them, but of the one spoken to ("Maria: Congrats on the promotion! How
             # do you feel?", "Joanna: Wow, your new hair color looks amazing!"): not as surely
             # theirs.
-            if held_by == "you" or (_SECOND_PERSON.search(body) and not _FIRST_PERSON.search(body)):
+            only_you = _SECOND_PERSON.search(body) and not _FIRST_PERSON.search(body)
+            if only_you or whose(body, topic) == "you":
                 return ABOUT_OTHER
             return 1.0
     if any(n.text.lower() in body.lower() for n in intent.names):
         # Named, but the words asked about are the speaker's own ("Joanna: Nate, I took my
         # turtles to the beach"): someone else's.
-        return -1.0 if held_by == "me" else 0.0
+        return -1.0 if whose(body, topic) == "me" else 0.0
     return -1.0
 
 
-_PERSON = re.compile(
-    r"\b(?:(?P<me>i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|we'd|our|ours|us)|"
-    r"(?P<you>you|your|yours|you're|you've|you'd|you'll|yourself|yourselves))\b",
-    re.I,
-)
+# `whose` also reads "you'd", "you'll" and "yourselves"; the whole-turn check never did, and the
+# maps were fitted on both as they are.
+_PERSON = re.compile(rf"\b(?:(?P<me>{_ME})|(?P<you>{_YOU}|you'd|you'll|yourselves))\b", re.I)
 WHOSE_CHARS = 1000
 _SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？\n]*")
 _LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9'-]*")
