@@ -50,7 +50,7 @@ from twins import read_jsonl, twins  # noqa: E402
 from retrieval.evaluation.harness import eval_settings  # noqa: E402
 from retrieval.evaluation.indexing import clock_zone, ensure_index, sub_namespace  # noqa: E402
 from retrieval.models import RetrievalOptions  # noqa: E402
-from retrieval.rank.confidence import SIGNALS, WHOEVER  # noqa: E402
+from retrieval.rank.confidence import SIGNALS, WHOEVER, Map  # noqa: E402
 from retrieval.rank.verifier import MODEL_DIR  # noqa: E402
 from retrieval.settings import Settings  # noqa: E402
 
@@ -157,8 +157,8 @@ async def ask_all(
             "verified": sum("confidence_verifier" in r.signals for r in res.results),
             "results": [{"id": r.id, "score": r.score, "confidence": r.confidence,
                          "evidence": r.id in set(q.get("relevant", [])),
-                         "signals": {k[11:]: v for k, v in r.signals.items()
-                                     if k.startswith("confidence_")}}
+                         "signals": {k.removeprefix("confidence_"): v
+                                     for k, v in r.signals.items() if k.startswith("confidence_")}}
                         for r in res.results],
         })  # fmt: skip
     return rows
@@ -274,11 +274,10 @@ def as_served(rows: list[dict], maps: dict[str, Any], name: str) -> list[float]:
 
 
 def confidences(rows: list[dict], m: dict[str, Any]) -> list[float]:
-    out = []
-    for r in rows:
-        z = m["intercept"] + sum(w * (r["signals"].get(k) or 0.0) for k, w in m["weights"].items())
-        out.append(1 / (1 + math.exp(-z)))
-    return out
+    """Each row's confidence from a map as the service computes it (confidence.Map); a signal
+    the row lacks (None) reads 0."""
+    f = Map(m["weights"], m["intercept"])
+    return [f({k: v for k, v in r["signals"].items() if v is not None}) for r in rows]
 
 
 def table(rows: list[dict], m: dict[str, Any]) -> dict[str, dict[str, Any]]:
