@@ -81,12 +81,17 @@ def read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def _latin(word: str) -> str:
+    """The pattern of a Latin-script word, whole, its plural allowed (the ending its group 1)."""
+    return rf"\b{re.escape(word)}(s|es)?\b"
+
+
 def _holds(text: str, word: str) -> bool:
     """Whether `text` mentions `word`: as a whole word (any case, plural allowed) in Latin
     script, as a substring in Japanese."""
     if _JA.search(word):
         return word in text
-    return re.search(rf"\b{re.escape(word)}(?:s|es)?\b", text, re.IGNORECASE) is not None
+    return re.search(_latin(word), text, re.IGNORECASE) is not None
 
 
 def _plural(word: str) -> str:
@@ -115,7 +120,7 @@ def _reworded(query: str, swap: tuple[str, str] | None, lead: int) -> str:
             q = q.replace(old, new, 1)
         else:
             q = re.sub(
-                rf"\b{re.escape(old)}(s|es)?\b",
+                _latin(old),
                 lambda m: _like(m.group(0), _plural(new) if m.group(1) else new),
                 q,
                 count=1,
