@@ -19,9 +19,8 @@ from db.run_log import purge_old
 from retrieval import metrics as m
 from retrieval.api.access import AccessLog
 from retrieval.api.errors import add_handlers
-from retrieval.api.mcp import RequireKey
 from retrieval.api.mcp import mount as mcp_mount
-from retrieval.api.middleware import BodyLimit, JsonBody
+from retrieval.api.middleware import BodyLimit, JsonBody, RequireKey
 from retrieval.api.routes import ops, retrieve, store
 from retrieval.api.schemas import COMMON_RESPONSES, document_limits, retrieve_body_limit
 from retrieval.models import Source, Strategy
@@ -203,13 +202,15 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     # The MCP tools at /mcp/, calling this app's own routes (retrieval.api.mcp).
     mcp_http, mcp_clients = mcp_mount(app, keys)
     app.router.lifespan_context = _lifespan(settings, runtime, mcp_http, mcp_clients)
-    app.mount("/mcp", RequireKey(mcp_http, keys))
+    app.mount("/mcp", mcp_http)
     app.add_middleware(JsonBody)
     app.add_middleware(
         BodyLimit,
         max_bytes=settings.max_body_bytes,
         per_path={"/v1/retrieve": retrieve_body_limit(settings)},
     )
+    # The key before the body: a caller without one learns nothing of the schema (401 first).
+    app.add_middleware(RequireKey, keys=keys)
     # Added last, so outermost: every answer (a refusal by the limits too) has its id, its line
     # and its metrics.
     app.add_middleware(AccessLog)

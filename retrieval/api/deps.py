@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
+from retrieval.api.errors import UNAUTHORIZED_DETAIL
 from retrieval.errors import Forbidden, StoreUnavailable, Unauthorized
 from retrieval.runtime import Runtime
 from retrieval.tenants import key_id, tenant_of
@@ -68,7 +69,7 @@ async def get_caller(
     token = bearer_token(authorization)
     found, scope = find_key(keys, token) if token else (False, None)
     if not found or token is None:
-        raise Unauthorized("missing or unknown API key (Authorization: Bearer <key>)")
+        raise Unauthorized(UNAUTHORIZED_DETAIL)
     return Caller(scope, key_id(token))
 
 

@@ -31,6 +31,10 @@ logger = logging.getLogger(__name__)
 
 # Seconds a client should wait before retrying a 503.
 RETRY_AFTER_S = 1
+# A missing or unknown key's answer (401): its detail and headers (RFC 6750: the scheme asked
+# for).
+UNAUTHORIZED_DETAIL = "missing or unknown API key (Authorization: Bearer <key>)"
+UNAUTHORIZED = (UNAUTHORIZED_DETAIL, {"WWW-Authenticate": 'Bearer realm="retrieval"'})
 
 # SQLSTATE classes that mean "the database cannot do this now": connection exceptions (08),
 # insufficient resources (53: too many connections, out of memory or disk), operator
@@ -217,6 +221,8 @@ async def _on_error(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse(
             {"detail": str(exc)}, status_code=429, headers={"Retry-After": str(after)}
         )
+    if status == 401:
+        return JSONResponse({"detail": str(exc)}, status_code=401, headers=UNAUTHORIZED[1])
     if status == 500:
         logger.exception("unhandled error", exc_info=exc)
         return JSONResponse({"detail": "internal error"}, status_code=500)

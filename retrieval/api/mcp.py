@@ -25,7 +25,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
-from retrieval.api.deps import bearer_token, find_key
+from retrieval.api.deps import bearer_token
 from retrieval.api.memory_in import Metadata
 from retrieval_client import ApiError, AsyncRetrievalClient, InvalidRequest, Unavailable
 from retrieval_client.models import IngestOut, JobOut, RetrieveResponse
@@ -262,31 +262,6 @@ def _headers(ctx: Context) -> dict[str, str]:
     except (ValueError, AttributeError):  # no request (stdio)
         return {}
     return {k.lower(): v for k, v in (h or {}).items()}
-
-
-class RequireKey:
-    """The MCP endpoint behind the service's API keys (when set): 401 before the protocol for
-    a missing or unknown key; what a known key may do is decided by the routes it calls."""
-
-    def __init__(self, app: Any, keys: dict[str, frozenset[str] | None]) -> None:
-        self.app, self.keys = app, keys
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and self.keys:
-            auth = dict(scope.get("headers", [])).get(b"authorization", b"").decode("latin-1")
-            token = bearer_token(auth)
-            if not (token and find_key(self.keys, token)[0]):
-                body = b'{"detail": "missing or unknown API key (Authorization: Bearer <key>)"}'
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [(b"content-type", b"application/json")],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self.app(scope, receive, send)
 
 
 def mount(app: Any, keys: dict[str, frozenset[str] | None]) -> tuple[Any, ApiClients]:

@@ -1,5 +1,6 @@
-"""ASGI middleware: a request-body limit enforced before parsing and the JSON routes' content
-type (a request's metrics and log line: retrieval.api.access)."""
+"""ASGI middleware: the API key checked before anything else, a request-body limit enforced
+before parsing and the JSON routes' content type (a request's metrics and log line:
+retrieval.api.access)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,43 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from retrieval.api.errors import refused
+from retrieval.api.deps import bearer_token, find_key
+from retrieval.api.errors import UNAUTHORIZED, refused
 
 
-async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
+async def _send_json(
+    send: Send, status: int, body: dict[str, Any], extra: dict[str, str] | None = None
+) -> None:
     data = json.dumps(body).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in (extra or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data})
+
+
+# The paths behind the API keys (when set): the API and the MCP tools. Health, readiness, the
+# metrics and the API's documentation stay open.
+KEYED_PREFIXES = ("/v1/", "/mcp")
+
+
+class RequireKey:
+    """401 with `WWW-Authenticate: Bearer` for a request to a keyed path (KEYED_PREFIXES) without
+    a known key, when keys are configured: before its body is read, sized or judged, so that a
+    caller without a key learns nothing of the schema. What a known key may do (its
+    namespaces) is decided by the routes (retrieval.api.deps.get_caller)."""
+
+    def __init__(self, app: ASGIApp, keys: dict[str, frozenset[str] | None]) -> None:
+        self.app, self.keys = app, keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.keys and scope["path"].startswith(KEYED_PREFIXES):
+            auth = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+            token = bearer_token(auth)
+            if not (token and find_key(self.keys, token)[0]):
+                detail, headers = UNAUTHORIZED
+                await _send_json(send, 401, {"detail": detail}, headers)
+                return
+        await self.app(scope, receive, send)
 
 
 # The routes whose body is a JSON object.

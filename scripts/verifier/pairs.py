@@ -1,12 +1,16 @@
-"""The verifier's (question, memory, label) pairs, from the dev sets of ../shared/eval.
+"""The reader's (question, memory, label) pairs, from ../shared/train and the dev sets of ../shared/eval.
 
-    python scripts/verifier/pairs.py [--eval ../shared/eval] [--out pairs.jsonl] [--seed 13]
+    python scripts/verifier/pairs.py [--train ../shared/train] [--eval ../shared/eval]
+        [--out pairs.jsonl] [--seed 13]
 
-Every pair has a `split`: `train` (the verifier is trained on these) or `dev` (its figures, and
-never trained on). Whole conversations and sets are held out:
-- train: LoCoMo conv-26 and conv-30 (locomo_dev, adversarial_dev), JSQuAD's first 700 dev
-  questions and the first 350 of its semantic ones (jsquad), multihop_dev;
-- dev: LoCoMo conv-41 and conv-42, the rest of JSQuAD's, longmemeval_dev, asks_dev.
+Every pair has a `split`: `train` (the reader is trained on these) or `dev` (its figures, and
+never trained on). Whole conversations, scenes, articles and sets are held out:
+- train: SQuAD 2.0, FriendsQA and the LongMemEval-S training questions (scripts/verifier/
+  train_sets.py, which says each kind's noise), but one unit in DEV_EVERY of each; JSQuAD's
+  first 700 dev questions and the first 350 of its semantic ones (jsquad), multihop_dev;
+- dev: those held-out units; every LoCoMo conversation (CC BY-NC: measured on, never trained
+  on, so that what ships is trained on permissive data only), the rest of JSQuAD's,
+  longmemeval_dev, asks_dev.
 
 Kinds of pairs (`kind`):
 - `evidence` (1): a question and each memory its set marks as the answer;
@@ -26,6 +30,7 @@ Kinds of pairs (`kind`):
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import random
@@ -35,9 +40,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import train_sets
 from twins import read_jsonl
 
-TRAIN_CONVERSATIONS = ("locomo-conv-26", "locomo-conv-30")
+# LoCoMo conversations the reader is trained on: none (CC BY-NC; the map is fitted on them).
+TRAIN_CONVERSATIONS: tuple[str, ...] = ()
 JSQUAD_TRAIN = 700
 JSQUAD_SEMANTIC_TRAIN = 350
 # Swapped questions made of each answerable one (each with another word).
@@ -148,6 +155,38 @@ class Builder:
         self.out.append({"split": split, "kind": kind, "group": group, "question": q,
                          "memory": memory, "label": label})  # fmt: skip
 
+    @staticmethod
+    def ranker(docs: list[dict]) -> Ranker:
+        return Ranker(docs)
+
+    @staticmethod
+    def holds_answer(answer: object, text: str) -> bool:
+        return bool(answer_words(answer) & set(words(text)))
+
+    def swap(self, split: str, group: str, q: str, evidence: str, rank: Ranker) -> None:
+        """`swap` (0): the question's rarest word the evidence holds replaced by a word of the
+        training sets' vocabulary that the evidence lacks, against the same evidence."""
+        word = swap_word(q, evidence, rank)
+        if not word or not word.isascii():
+            return
+        low = evidence.lower()
+        new = self.rng.choice(self.vocab_en)
+        while new in low or new == word.lower():
+            new = self.rng.choice(self.vocab_en)
+        self.add(split, "swap", group, replace_once(q, word, new), evidence, 0)
+
+    def training_sets(self, root: Path) -> None:
+        """SQuAD 2.0, FriendsQA, LongMemEval-S training questions (train_sets)."""
+        counts: Counter[str] = Counter()
+        with gzip.open(root / "squad2_dev_half.json.gz", "rt", encoding="utf-8") as f:
+            for art in json.load(f)["data"]:
+                for para in art["paragraphs"]:
+                    counts.update(w for w in _WORD.findall(para["context"].lower()))
+        self.vocab_en = [
+            w for w, c in counts.most_common(6000)[500:] if len(w) > 3 and w not in STOP
+        ]
+        train_sets.build(self, root)
+
     def conversations(self) -> None:
         """LoCoMo (answerable and adversarial), LongMemEval, asks."""
         mems = read_jsonl(self.root / "adversarial_dev" / "memories.jsonl")
@@ -171,7 +210,9 @@ class Builder:
             split, rank = self.split_of(ns), rankers[ns]
             text = q["query"]
             other = "dev" if split == "train" else "train"
-            pool = [w for w, c in vocab[other].most_common(4000) if len(w) > 3 and w not in STOP]
+            pool = [
+                w for w, c in vocab[other].most_common(4000) if len(w) > 3 and w not in STOP
+            ] or self.vocab_en  # fmt: skip
             if q.get("answerable") is False:
                 for t in q.get("trap", []):
                     self.add(split, "trap", ns, text, by_id[t]["content"], 0)
@@ -273,11 +314,13 @@ class Builder:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--train", type=Path, default=Path("../shared/train"))
     ap.add_argument("--eval", type=Path, default=Path("../shared/eval"))
     ap.add_argument("--out", type=Path, default=Path("pairs.jsonl"))
     ap.add_argument("--seed", type=int, default=13)
     a = ap.parse_args()
     b = Builder(a.eval, a.seed)
+    b.training_sets(a.train)
     b.conversations()
     b.jsquad()
     b.multihop()

@@ -161,6 +161,35 @@ async def test_auth_keys_and_namespace_scopes(authed):
     ).status_code == 200
 
 
+async def test_no_key_is_401_before_the_body_is_judged(authed):
+    """A caller without a key learns nothing of the schema: 401 (with the scheme asked for)
+    whatever the body, its type or its size, on the API and on the MCP tools; the open paths
+    stay open."""
+    bad = [
+        ("POST", "/v1/retrieve", {"json": {"query": 7, "limit": "many"}}),
+        ("POST", "/v1/retrieve", {"content": b"{not json", "headers": {"content-type": "application/json"}}),
+        ("POST", "/v1/retrieve", {"content": b"query=x", "headers": {"content-type": "text/plain"}}),
+        ("POST", "/v1/memories", {"json": {"memories": [{"created_at": "yesterday"}]}}),
+        ("POST", "/v1/memories", {"content": b"x" * 3_000_000, "headers": {"content-type": "application/json"}}),
+        ("GET", "/v1/memories?limit=-1", {}),
+        ("GET", "/v1/runs/not-a-uuid", {}),
+        ("POST", "/mcp/", {"json": {"jsonrpc": "2.0"}}),
+    ]  # fmt: skip
+    for method, path, kw in bad:
+        for auth in ({}, {"Authorization": "Bearer wrong-key-000"}, {"Authorization": "Basic x"}):
+            headers = {**kw.get("headers", {}), **auth}
+            r = await authed.request(method, path, **{**kw, "headers": headers})
+            assert r.status_code == 401, (method, path, auth, r.status_code, r.text)
+            assert r.headers["www-authenticate"].startswith("Bearer"), (method, path)
+            assert "query" not in r.text and "limit" not in r.text, r.text
+    # A known key gets the body judged; the open paths need none.
+    h = {"Authorization": "Bearer key-team-a-01"}
+    r = await authed.post("/v1/retrieve", json={"query": 7, "namespace": "team-a"}, headers=h)
+    assert r.status_code == 422
+    for path in ("/healthz", "/metrics", "/openapi.json"):
+        assert (await authed.get(path)).status_code == 200, path
+
+
 def test_settings_fail_fast():
     with pytest.raises(ValueError):
         Settings(database_url="mysql://x")
