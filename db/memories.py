@@ -52,13 +52,12 @@ ARCHIVE_MEMORY = """
 UPDATE memories SET is_archived = true WHERE namespace = $1 AND external_id = $2
 RETURNING external_id"""
 
-# Negative feedback: the memory leaves every future search; returns its external id.
-MARK_UNSEARCHABLE = """
-UPDATE memories SET searchable = false WHERE namespace = $1 AND external_id = $2
-RETURNING external_id"""
-
-# Returns a memory's external id when it exists (positive feedback changes nothing else).
-MEMORY_EXISTS = "SELECT external_id FROM memories WHERE namespace = $1 AND external_id = $2"
+# Feedback: $3 false (negative) takes the memory out of every future search, true (positive)
+# puts back what a negative one took out. Returns whether a search may now return it (an
+# archived memory stays out), or no row when it does not exist.
+MARK_SEARCHABLE = """
+UPDATE memories SET searchable = $3 WHERE namespace = $1 AND external_id = $2
+RETURNING searchable AND NOT is_archived"""
 
 # Records a feedback event.
 # Returns 1, or no row when $1 is a run of another namespace (a run not logged yet, or
@@ -286,17 +285,22 @@ async def record_feedback(
     run_id: str | None,
     comment: str | None,
     timeout_s: float | None,
-) -> None:
-    """Record feedback on a memory, in the caller's transaction (negative: it is made
-    unsearchable); NotFound when the memory, or the run named, is not this namespace's (the
-    caller's transaction then rolls back: nothing is marked)."""
-    sql = MARK_UNSEARCHABLE if negative else MEMORY_EXISTS
-    if await conn.fetchval(sql, namespace, external_id, timeout=timeout_s) is None:
+) -> bool:
+    """Record feedback on a memory, in the caller's transaction: negative takes it out of every
+    future search, positive puts it back (a mark made by mistake is undone). Returns whether a
+    search may return it now (an archived one stays out). NotFound when the memory, or the run
+    named, is not this namespace's (the caller's transaction then rolls back: nothing is
+    marked)."""
+    searchable = await conn.fetchval(
+        MARK_SEARCHABLE, namespace, external_id, not negative, timeout=timeout_s
+    )
+    if searchable is None:
         raise NotFound(f"no memory {external_id!r} in namespace {namespace!r}")
     run = uuid.UUID(run_id) if run_id else None
     args = (run, namespace, external_id, negative, comment)
     if await conn.fetchval(INSERT_FEEDBACK, *args, timeout=timeout_s) is None:
         raise NotFound(f"no run {run_id} in namespace {namespace!r}")
+    return bool(searchable)
 
 
 # A page of namespace $1's memories after external id $2 (null: from the first), in external id

@@ -217,7 +217,7 @@ def _forget(server: MCPServer, api: Api) -> None:
 def _feedback(server: MCPServer, api: Api) -> None:
     @server.tool(
         description="Say whether a memory a search found helped; one that did not is not "
-        "returned again."
+        "returned again (until it is said to help)."
     )
     async def feedback(
         memory_id: Annotated[str, Field(description="The memory's id.")],
@@ -230,7 +230,9 @@ def _feedback(server: MCPServer, api: Api) -> None:
             out = await api(ctx).feedback(memory_id, namespace, run_id=run_id, negative=not helpful)
         except ApiError as exc:
             raise _tool_error(exc) from None
-        return f"noted for {memory_id}" + ("" if out.searchable else " (no longer returned)")
+        return f"noted for {memory_id}" + (
+            " (returned by searches)" if out.searchable else " (no longer returned)"
+        )
 
 
 class ApiClients:

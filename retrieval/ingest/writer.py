@@ -307,11 +307,12 @@ class Writer:
         negative: bool,
         run_id: str | None,
         comment: str | None,
-    ) -> None:
-        """Record feedback on a memory (negative: it leaves every future search); NotFound
-        when the memory, or the run named, is not this namespace's."""
+    ) -> bool:
+        """Record feedback on a memory (negative: it leaves every future search; positive: it
+        comes back); whether a search may return it now. NotFound when the memory, or the run
+        named, is not this namespace's."""
         async with session(self.pool, self.timeout_s, transaction="write") as conn:
-            await memories.record_feedback(
+            searchable = await memories.record_feedback(
                 conn,
                 namespace,
                 memory_id,
@@ -322,6 +323,7 @@ class Writer:
             )
         await self.router.note_write(namespace)
         m.FEEDBACK.labels("negative" if negative else "positive").inc()
+        return searchable
 
     async def erase(self, namespace: str, memory_ids: list[str], *, how: str = "erase") -> Erased:
         """Erase these memories for real, in one transaction (db.erasure: the row and all that

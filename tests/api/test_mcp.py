@@ -69,6 +69,8 @@ async def test_every_tool_over_http(server):
         assert not gone.is_error and "erased trip" in _text(gone)
         again = await c.call_tool("search_memories", {"query": "京都への出張", "namespace": ns})
         assert "No memory matches." in _text(again)
+        fb = await c.call_tool("feedback", {"memory_id": "gym", "helpful": True, "namespace": ns})
+        assert not fb.is_error and "returned by searches" in _text(fb)  # a mistake undone
 
 
 async def test_a_key_can_do_nothing_in_another_namespace(server):

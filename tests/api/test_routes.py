@@ -62,6 +62,20 @@ async def test_memories_retrieve_get_archive_feedback(client, ns, rt):
     assert r.status_code == 200 and r.json()["searchable"] is False
     r = await client.post("/v1/retrieve", json=body)
     assert "a" not in [x["id"] for x in r.json()["results"]]
+    assert (await client.get(f"/v1/memories/a?namespace={ns}")).json()["searchable"] is False
+    # A mark made by mistake is undone by positive feedback: the answer says what the store does.
+    fb = {"namespace": ns, "memory_id": "a", "negative": False}
+    r = await client.post("/v1/feedback", json=fb)
+    assert r.status_code == 200 and r.json()["searchable"] is True
+    assert (await client.get(f"/v1/memories/a?namespace={ns}")).json()["searchable"] is True
+    r = await client.post("/v1/retrieve", json=body)
+    assert r.json()["results"][0]["id"] == "a"
+    # An archived memory stays out whatever the feedback, and the answer says so.
+    assert (await client.post(f"/v1/memories/a/archive?namespace={ns}")).status_code == 200
+    r = await client.post("/v1/feedback", json=fb)
+    assert r.status_code == 200 and r.json()["searchable"] is False
+    r = await client.post("/v1/retrieve", json=body)
+    assert "a" not in [x["id"] for x in r.json()["results"]]
 
     r = await client.delete(f"/v1/memories/b?namespace={ns}")
     assert r.status_code == 200

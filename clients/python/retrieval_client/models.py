@@ -336,7 +336,8 @@ class PurgeOut(_Out):
 
 
 class FeedbackOut(_Out):
-    """POST /v1/feedback: whether the memory is still searchable."""
+    """POST /v1/feedback: whether a search may return the memory now (negative feedback takes
+    it out, positive puts it back; an archived memory stays out)."""
 
     id: str
     namespace: str

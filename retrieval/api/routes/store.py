@@ -247,13 +247,14 @@ async def get_purge(
 
 @router.post("/v1/feedback", response_model=FeedbackOut, responses=NOT_FOUND)
 async def feedback(body: FeedbackIn, rt: RuntimeDep, caller: CallerDep) -> dict[str, Any]:
-    """Negative feedback makes a memory unsearchable for every future retrieval."""
+    """Negative feedback takes a memory out of every future retrieval; positive feedback puts
+    it back. The answer says what the store now does (`searchable`)."""
     caller.check(body.namespace)
-    await rt.writer.feedback(
+    searchable = await rt.writer.feedback(
         body.namespace,
         body.memory_id,
         negative=body.negative,
         run_id=body.run_id,
         comment=body.comment,
     )
-    return {"id": body.memory_id, "namespace": body.namespace, "searchable": not body.negative}
+    return {"id": body.memory_id, "namespace": body.namespace, "searchable": searchable}
