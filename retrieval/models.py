@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -314,6 +314,23 @@ class Filters:
     source_types: tuple[str, ...] = ()
     start: datetime | None = None
     end: datetime | None = None
+    # The caller's `options.now`: nothing written after it is returned, as a result or as a
+    # result's context (a request with a fixed now answers the same whatever was written later).
+    until: datetime | None = None
+
+    def written_before(self) -> datetime | None:
+        """The exclusive bound on `created_at` the caller's now sets: just after `until`."""
+        return None if self.until is None else self.until + _JUST_AFTER
+
+    def before(self) -> datetime | None:
+        """The exclusive upper bound on a result's `created_at`: `end` or written_before, the
+        earlier."""
+        bounds = [x for x in (self.end, self.written_before()) if x is not None]
+        return min(bounds) if bounds else None
+
+
+# `until` is inclusive: a memory written at that very instant is before it.
+_JUST_AFTER = timedelta(microseconds=1)
 
 
 @dataclass

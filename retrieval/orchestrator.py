@@ -328,6 +328,9 @@ class Orchestrator:
                 source_types=options.source_types,
                 start=hard.start if hard else None,
                 end=hard.end if hard else None,
+                # A fixed now bounds what is returned; the clock's own now does not (a memory
+                # stamped a little ahead by a writer's clock is not hidden until then).
+                until=options.now,
             ),
             k=max(p.preset.candidates_per_source, options.limit),
             window=window,

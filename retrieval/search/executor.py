@@ -271,7 +271,15 @@ class LegRunner:
         async def attempt(on: SearchRun) -> dict[int, list[Neighbour]]:
             async with leg_connection(on, generic_plan=True) as conn:
                 return await asyncio.wait_for(
-                    surrounding(conn, on.filters.namespace, ids, per_side, timeout=timeout), timeout
+                    surrounding(
+                        conn,
+                        on.filters.namespace,
+                        ids,
+                        per_side,
+                        timeout=timeout,
+                        before=on.filters.written_before(),
+                    ),
+                    timeout,
                 )
 
         try:

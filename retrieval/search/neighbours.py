@@ -5,16 +5,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from datetime import datetime
 
 import asyncpg
 
 from retrieval.models import Neighbour
 
 _LIVE = """x.namespace = $1 AND NOT x.is_archived AND x.searchable
-      AND (x.expires_at IS NULL OR x.expires_at > now())"""
+      AND (x.expires_at IS NULL OR x.expires_at > now())
+      AND ($4::timestamptz IS NULL OR x.created_at < $4)"""
 _CTX_COLS = "x.id, x.external_id, x.content, x.title, x.memory_type, x.created_at"
 
-# Returns, for each memory of $2 (ids), up to $3 live memories on each side of it: in its thread
+# Returns, for each memory of $2 (ids), up to $3 live memories written before $4 (null: any) on
+# each side of it: in its thread
 # by time (ties by id), or, for a memory in no thread, along its reply chain (what it replies to,
 # and that one's, ...; the replies to it, and theirs, ..., the nearest first). `pos` is -1, -2,
 # ... before it and 1, 2, ... after it (in a chain: how many replies away).
@@ -72,11 +75,13 @@ async def surrounding(
     per_side: int,
     *,
     timeout: float,
+    before: datetime | None = None,
 ) -> dict[int, list[Neighbour]]:
-    """Per memory id, the live memories around it (at most `per_side` on each side), in order."""
+    """Per memory id, the live memories around it (at most `per_side` on each side) written
+    before `before` (None: any), in order."""
     if per_side <= 0 or not ids:
         return {}
-    rows = await conn.fetch(NEIGHBOURS_SQL, namespace, list(ids), per_side, timeout=timeout)
+    rows = await conn.fetch(NEIGHBOURS_SQL, namespace, list(ids), per_side, before, timeout=timeout)
     out: dict[int, list[Neighbour]] = defaultdict(list)
     for r in sorted(rows, key=lambda r: (r["for_id"], r["pos"], r["created_at"])):
         out[r["for_id"]].append(

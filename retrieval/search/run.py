@@ -117,12 +117,13 @@ class SearchRun:
         return min(most, self.deadline - asyncio.get_running_loop().time())
 
     def where_args(self, window: TimeRange | None = None) -> tuple[Any, ...]:
-        """The shared WHERE clause's $1..$5: namespace, types, and the hard window narrowed to
-        `window` (with its soft edges) when given."""
+        """The shared WHERE clause's $1..$5: namespace, types, and the hard window (and the
+        caller's now: Filters.before) narrowed to `window` (with its soft edges) when given."""
         f = self.filters
         # A fuzzy window (先週頃) is searched with its soft edges; the reranker tells them apart.
         start = f.start if window is None else max(_drop_none(f.start, window.outer_start))
-        end = f.end if window is None else min(_drop_none(f.end, window.outer_end))
+        before = f.before()
+        end = before if window is None else min(_drop_none(before, window.outer_end))
         return (f.namespace, list(f.memory_types), list(f.source_types), start, end)
 
 

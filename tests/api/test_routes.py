@@ -277,3 +277,34 @@ async def test_time_words_are_read_in_the_requests_time_zone(client):
     assert default["start"].startswith("2022-11-09T00:00:00+09:00")
     assert utc["start"] == "2022-11-08T00:00:00+00:00"
     assert utc["end"] == "2022-11-09T00:00:00+00:00"
+
+
+async def test_a_fixed_now_bounds_what_is_returned(client, ns):
+    """`options.now` in the past: nothing written after it comes back, as a result or as a
+    result's context, so the same request answers the same whatever was written since."""
+    mems = [
+        ("before", "2026-11-18T09:00:00+09:00", "ジムでベンチプレスを60kg上げた"),
+        ("at", "2026-11-20T09:00:00+09:00", "ジムでベンチプレスを62kg上げた"),
+        ("after", "2026-11-25T09:00:00+09:00", "ジムでベンチプレスを65kg上げた"),
+    ]
+    body = {
+        "namespace": ns,
+        "memories": [{"id": i, "content": c, "created_at": t, "thread": "gym"} for i, t, c in mems],
+    }
+    assert (await client.post("/v1/memories", json=body)).status_code == 200
+    ask = {"query": "ジムのベンチプレス", "namespace": ns}
+    r = await client.post("/v1/retrieve", json=ask)
+    assert {x["id"] for x in r.json()["results"]} == {"before", "at", "after"}
+    fixed = {**ask, "options": {"now": "2026-11-20T09:00:00+09:00", "context_window": 2}}
+    r = await client.post("/v1/retrieve", json=fixed)
+    got = r.json()["results"]
+    assert {x["id"] for x in got} == {"before", "at"}  # written at now: before it
+    assert all(n["id"] != "after" for x in got for n in x["context"]), got
+    assert any(n["id"] == "before" for x in got for n in x["context"])
+    # A hard window reaching past now is bounded by it too.
+    ranged = {
+        **fixed,
+        "options": {**fixed["options"], "time_range": {"start": "2026-11-01T00:00:00+09:00"}},
+    }
+    r = await client.post("/v1/retrieve", json=ranged)
+    assert {x["id"] for x in r.json()["results"]} == {"before", "at"}
