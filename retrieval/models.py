@@ -11,38 +11,12 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-
-class Strategy(StrEnum):
-    """How a retrieval searched: chosen from the question, or forced by the caller."""
-
-    SEMANTIC_ONLY = "semantic_only"
-    KEYWORD_BOOST = "keyword_boost"
-    TEMPORAL = "temporal"
-    HYBRID = "hybrid"
-    # Baselines for evaluation: a single leg, no fusion.
-    VECTOR_ONLY = "vector_only"
-    KEYWORD_ONLY = "keyword_only"
-
-
-class Relevance(StrEnum):
-    """A result's label, strongest first."""
-
-    HIGH = "high"  # a strong score, not a near-duplicate of a better result
-    MEDIUM = "medium"
-    LOW = "low"  # a weak score (below 0.05): listed, but little says it answers
-    NEAR_WINDOW = "near_window"  # just outside a fuzzy window (お盆の頃, around March)
-    OUTSIDE_WINDOW = "outside_window"
-
-
-class SourceStatus(StrEnum):
-    """How one search source went."""
-
-    OK = "ok"
-    SKIPPED = "skipped"  # nothing to search for (no keywords, no window, no seeds)
-    TIMEOUT = "timeout"
-    ERROR = "error"
-    UNAVAILABLE = "unavailable"  # the server lacks what it needs (pg_trgm)
-
+# The labels the answer gives are the light client's (retrieval_client.models), written once:
+# the service depends on the client for its wire format.
+from retrieval_client.models import Relevance as Relevance
+from retrieval_client.models import SourceStatus as SourceStatus
+from retrieval_client.models import Strategy as Strategy
+from retrieval_client.models import WindowPlace as WindowPlace
 
 # The instants this service reasons about: a time expression, a `now` and a stored timestamp
 # must lie in [TIME_MIN, TIME_MAX). datetime itself spans years 1-9999, but a local time near
@@ -402,6 +376,8 @@ class ScoredResult:
     sources: list[str]
     relevance: Relevance = Relevance.MEDIUM
     reason: str = ""
+    # Where it lies against the question's window (None: none named, or set aside).
+    window: WindowPlace | None = None
     # [start, end) of the content: the part that answers (retrieval.rank.highlight).
     highlight: tuple[int, int] | None = None
     # What a ranking stage says of it beyond its signals (retrieval.rank.latest), for the reason.
@@ -502,6 +478,7 @@ class Result:
     sources: list[str]
     relevance: Relevance
     reason: str
+    window: WindowPlace | None = None
     context: list[Neighbour] = field(default_factory=list)
     highlight: Highlight | None = None
     # `content` is only the highlight: the whole did not fit the budget.
@@ -534,6 +511,7 @@ def result_of(r: ScoredResult, *, details: bool = True) -> Result:
         sources=r.sources,
         relevance=r.relevance,
         reason=r.reason,
+        window=r.window,
         superseded_by=r.superseded_by,
         confidence=r.confidence,
         highlight=None

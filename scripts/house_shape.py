@@ -1,8 +1,10 @@
 """The house's shape, checked (docs/architecture.md): no import cycle between modules or between
 the sub-packages of retrieval/, a top level of retrieval/ that shows the stages (at most 12
 modules beside them), no file over 600 lines, no function over 70 lines (outside scripts/ and
-tests/). Prints each thing that stands against it and exits 1; prints nothing and exits 0 when
-the house is clean. Imports under `if TYPE_CHECKING:` are not edges. The suite runs it
+tests/), and no regular expression over a question's or a memory's text outside the packages
+that read text (READERS: retrieval/analysis/, retrieval/text/) and the edges that check input
+(a request, a setting, an import line). Prints each thing that stands against it and exits 1;
+prints nothing and exits 0 when the house is clean. Imports under `if TYPE_CHECKING:` are not edges. The suite runs it
 (tests/test_house.py).
 
     python3 scripts/house_shape.py           (from the project's root)
@@ -20,6 +22,21 @@ PACKAGES = ("retrieval", "db")
 MAX_FILE_LINES = 600
 MAX_FUNCTION_LINES = 70
 MAX_TOP_MODULES = 12
+# Where `re` may be imported: the packages that read text, the input checks at the edges, the
+# embedder's tokenizer, and db/ (setting names, migration file names).
+READERS = ("retrieval/analysis/", "retrieval/text/")
+INPUT_EDGES = (
+    "retrieval/api/", "retrieval/cli/", "retrieval/validation.py", "retrieval/settings.py",
+    "retrieval/embedding/e5_weights.py", "db/",
+)  # fmt: skip
+
+
+def _uses_re(tree: ast.Module) -> bool:
+    return any(
+        (isinstance(n, ast.Import) and any(a.name == "re" for a in n.names))
+        or (isinstance(n, ast.ImportFrom) and n.module == "re")
+        for n in ast.walk(tree)
+    )
 
 
 def _modname(p: Path) -> str:
@@ -142,6 +159,10 @@ def problems() -> list[str]:
         if n > MAX_FILE_LINES:
             out.append(f"{p.relative_to(ROOT)}: {n} lines")
     out += ["long function: " + f for f in long_fns]
+    for p in files:
+        rel = p.relative_to(ROOT).as_posix()
+        if not rel.startswith(READERS + INPUT_EDGES) and _uses_re(ast.parse(p.read_text())):
+            out.append(f"a regular expression outside analysis/ and text/: {rel}")
     return out
 
 

@@ -51,3 +51,30 @@ async def test_a_writes_stage_seconds_are_the_keys_api_md_lists(client, ns):
     r = await client.post("/v1/memories", json=body)
     assert r.status_code == 200, r.text
     assert set(r.json()["stage_seconds"]) == set(keys)  # analyse and embed end in either order
+
+
+def test_the_docs_thresholds_are_the_served_ones():
+    """Every threshold the docs state is the one the shipped calibration serves (two figures:
+    `high` and `answered`), rounded as written."""
+    from retrieval.rank.calibration import Calibration
+
+    cal = Calibration.load()
+    api = (ROOT / "docs" / "api.md").read_text()
+    said = {
+        "high": re.findall(r"`high` threshold, (0\.\d+) today", api),
+        "answers": re.findall(r"`answered`\s+threshold, (0\.\d+) today", api)
+        + re.findall(r'"threshold": (0\.\d+)', api),
+    }
+    conf = (ROOT / "docs" / "confidence.md").read_text()
+    m = re.search(
+        r"Thresholds: `high` from a confidence of (0\.\d+), `answered` from (0\.\d+)", conf
+    )
+    assert m, "docs/confidence.md states no thresholds"
+    said["high"].append(m.group(1))
+    said["answers"].append(m.group(2))
+    for name, figures in said.items():
+        served = getattr(cal, name)
+        assert len(figures) >= 2, (name, figures)
+        for f in figures:
+            digits = len(f.split(".")[1])
+            assert float(f) == round(served, digits), (name, f, served)

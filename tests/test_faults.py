@@ -163,7 +163,12 @@ def _collector_pauses():
         gc.unfreeze()
 
 
-@pytest.mark.parametrize("run", range(5))
+# Runs of the outage below: 5 in the suite; `RETRIEVAL_OUTAGE_RUNS=20` for the twenty in a row
+# that docs/runbook.md names (an empty 200 came once in eight runs on a busy machine).
+OUTAGE_RUNS = int(os.environ.get("RETRIEVAL_OUTAGE_RUNS", "5"))
+
+
+@pytest.mark.parametrize("run", range(OUTAGE_RUNS))
 async def test_database_stopped_answers_within_the_deadline_then_recovers(own_db, own_client, run):
     """PostgreSQL stopped (SIGSTOP, every process of it) for 6 s under load, then resumed.
     Before: a leg past its deadline was cancelled by asyncpg on a second connection and its
@@ -191,6 +196,12 @@ async def test_database_stopped_answers_within_the_deadline_then_recovers(own_db
     )
     assert set(statuses) <= {200, 503}, statuses
     assert statuses[503] > 0
+    # Every query here matches stored memories: a 200 with none hides the outage from the caller
+    # and the load balancer (it must be a 503 with Retry-After).
+    hollow = [r.json() for s, _, r in seen if s == 200 and not r.json()["results"]]
+    assert not hollow, [
+        (h["metadata"]["degraded"], h["metadata"]["search_breakdown"]) for h in hollow
+    ]
     assert all(r.headers.get("retry-after") for s, _, r in seen if s == 503)
     # The test process (hundreds of tests' objects by now) is not the service: its garbage
     # collector's longest pause in the window is said, should a bound be missed.

@@ -65,6 +65,28 @@ async def test_failing_source_degrades_not_fails(analyzer):
     assert [r.id for r in resp.results] == ["m2"]
 
 
+async def test_nothing_found_while_a_source_failed_is_unavailable(analyzer):
+    """The legs that answered found nothing and another failed (a database stopped
+    mid-request): no empty 200, which would read as "no memory matches", but a 503."""
+    sources = {
+        Source.VECTOR: failing_source(TimeoutError()),
+        Source.KEYWORD: fixed_source([]),
+        Source.TRIGRAM: fixed_source([]),
+    }
+    with pytest.raises(
+        StoreUnavailable, match="nothing found, and these sources did not answer: vector"
+    ):
+        await _orch(analyzer, sources).retrieve(
+            "PRは誰が書いた？", RetrievalOptions(now=NOW, context_window=0)
+        )
+    # Nothing found with every source answering is an honest empty answer.
+    sources[Source.VECTOR] = fixed_source([])
+    resp = await _orch(analyzer, sources).retrieve(
+        "PRは誰が書いた？", RetrievalOptions(now=NOW, context_window=0)
+    )
+    assert resp.results == [] and resp.metadata.degraded == []
+
+
 async def test_all_sources_failing_is_unavailable(analyzer):
     sources = {s: failing_source(OSError("db down")) for s in Source}
     with pytest.raises(StoreUnavailable):
@@ -144,7 +166,9 @@ async def test_conversation_adds_a_second_query_vector(analyzer):
         seen["n"] = len(given.vectors)
         return []
 
-    orch = _orch(analyzer, {Source.VECTOR: vec})
+    # Every other leg answers (with nothing): nothing found while a leg failed would be a 503.
+    others = {s: fixed_source([]) for s in (Source.KEYWORD, Source.TRIGRAM, Source.TEMPORAL)}
+    orch = _orch(analyzer, {Source.VECTOR: vec, **others})
     await orch.retrieve(
         "呼吸のリズムとは",
         RetrievalOptions(

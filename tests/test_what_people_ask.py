@@ -41,7 +41,11 @@ async def _ask(client, ns, query):
     scores = [x["score"] for x in body["results"]]
     assert scores == sorted(scores, reverse=True), (query, scores)  # honest order, every time
     for x in body["results"]:
-        assert x["score"] >= 0.05 or x["relevance"] in ("low", "near_window", "outside_window")
+        assert x["score"] >= 0.05 or x["relevance"] == "low"
+        assert x["relevance"] in ("high", "medium", "low")  # one scale; the window's own field
+    if body["results"] and body["metadata"]["answered"] is not None:
+        first = body["results"][0]["relevance"] in ("high", "medium")
+        assert body["metadata"]["answered"]["answered"] == first, body["metadata"]["answered"]
     return body
 
 
@@ -79,7 +83,7 @@ async def test_what_people_ask(client, ns):
     ids = [x["id"] for x in got["results"]]
     assert ids[0] == "trip-sep" and ids.index("trip-jul") > 0
     july = next(x for x in got["results"] if x["id"] == "trip-jul")
-    assert july["relevance"] == "outside_window"
+    assert july["window"] == "outside" and got["results"][0]["window"] == "inside"
 
 
 CHAT = [

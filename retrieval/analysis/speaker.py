@@ -52,7 +52,12 @@ _JA_ASSISTANT = re.compile(
     # 前の会話, not 先日の話 (a story told by anyone)
     r"|(?:前|以前|この前|さっき|先日)の(?:会話|やりとり|やり取り|チャット)"
 )
-_EN_ME = re.compile(r"\b(?:i|my|me|mine|myself)\b|\bi'(?:m|ve|d|ll)\b", re.IGNORECASE)
+# English persons, written once: the asker's first person here, and the whole-turn reading of
+# retrieval.analysis.reading (first persons singular and plural, second).
+EN_I = r"i|i'm|i've|i'd|i'll|me|my|mine|myself"
+EN_WE = r"we|we're|we've|we'd|our|ours|us"
+EN_YOU = r"you|your|yours|you're|you've|yourself"
+_EN_ME = re.compile(rf"\b(?:{EN_I})\b", re.IGNORECASE)
 _JA_ME = re.compile(r"私|わたし|僕|ぼく|俺|自分")
 
 # A turn's label: the speaker's name and a colon at its start.
@@ -62,6 +67,19 @@ _TURN_LABEL = re.compile(r"\s*(user|assistant|ユーザー|アシスタント)\s
 
 # Any speaker's label at a turn's start ("Caroline: ", "user: ", "メラニー: "): its name, group 1.
 SPEAKER_LABEL = re.compile(r"\s*([^\s:：][^:：\n]{0,30})[:：]\s")
+
+
+def speaker_label(text: str) -> str | None:
+    """The turn's speaker label as written, separator and space included ("Caroline: "), or
+    None: what a reader keeps before a part of the turn cut from its middle."""
+    m = SPEAKER_LABEL.match(text)
+    return m.group(0) if m else None
+
+
+def labelled(text: str) -> tuple[str, str] | None:
+    """A turn's speaker ("Caroline") and what it says after its label, or None without one."""
+    m = SPEAKER_LABEL.match(text)
+    return (m.group(1).strip(), text[m.end() :]) if m else None
 
 
 def asked_speaker(text: str) -> str | None:

@@ -92,9 +92,9 @@ def render_results(answer: RetrieveResponse) -> str:
         lines.append("No memory matches.")
     elif meta is not None and meta.answered is not None and not meta.answered.answered:
         lines.append(
-            "NOTE: none of these seems to answer the question (the first one's confidence "
-            f"{meta.answered.confidence:.2f} is below {meta.answered.threshold:.2f}); they are "
-            "the closest memories, not an answer."
+            "NOTE: none of these seems to answer the question (the first one is labelled low: "
+            f"confidence {meta.answered.confidence:.2f}, answered from "
+            f"{meta.answered.threshold:.2f}); they are the closest memories, not an answer."
         )
     for i, r in enumerate(answer.results, 1):
         content, h = r.content, r.highlight
@@ -103,8 +103,11 @@ def render_results(answer: RetrieveResponse) -> str:
             content = f"…{h.text}… [characters {h.start}-{h.end} of the memory]"
         elif len(content) > MAX_CONTENT_CHARS:
             content = content[:MAX_CONTENT_CHARS] + f"… [{len(r.content)} characters in all]"
-        conf = "" if r.confidence is None else f" | confidence {r.confidence:.2f}"
-        lines.append(f"{i}. [{r.id} | {_when(r.created_at)} | score {r.score:.3f}{conf}] {content}")
+        label = getattr(r.relevance, "value", r.relevance)
+        conf = "" if r.confidence is None else f", confidence {r.confidence:.2f}"
+        place = f" | {getattr(r.window, 'value', r.window)} the window" if r.window else ""
+        head = f"{r.id} | {_when(r.created_at)} | score {r.score:.3f} | {label}{conf}{place}"
+        lines.append(f"{i}. [{head}] {content}")
         lines.append(f"   why: {r.reason}")
         for c in r.context or []:
             side = "before" if c.position < 0 else "after"

@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 import sys
-import unicodedata
 from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -39,18 +37,13 @@ from typing import TypeVar
 import numpy as np
 
 from retrieval.cache import ByteLRU
+from retrieval.text.chars import clean
 from retrieval.text.passages import PASSAGE_MAX_CHARS, Span, pack
 
 K = TypeVar("K")
 
 # How much being the vector leg's best passage counts against covering the whole query.
 VECTOR_WEIGHT = 0.5
-
-# What clean() drops: anything but letters and digits (str.isalnum), "_" included.
-_NON_WORD = re.compile(r"[\W_]+")
-# The same for an ASCII text (NFKC leaves ASCII as it is): bytes.translate drops them some five
-# times faster than the pattern (a LongMemEval turn: 46 -> 10 us).
-_ASCII_NON_WORD = bytes(c for c in range(128) if not chr(c).isalnum())
 
 # The span indexes of the long memories seen lately: about 7 bytes a character of content (a
 # bigram code and the span holding it, 12 where a character lies beyond the BMP; the spans'
@@ -61,13 +54,6 @@ INDEX_CACHE_BYTES = 64 * 1024 * 1024
 # A span's number sits below the bigram in the key SpanIndex.of() sorts by (a memory of
 # 100,000 characters has far fewer spans).
 _SPAN_BITS = 17
-
-
-def clean(text: str) -> str:
-    """The text as character n-grams read it: NFKC, lower case, letters and digits only."""
-    if text.isascii():
-        return text.encode().translate(None, _ASCII_NON_WORD).lower().decode()
-    return _NON_WORD.sub("", unicodedata.normalize("NFKC", text).lower())
 
 
 @dataclass(eq=False)

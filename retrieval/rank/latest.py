@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -36,6 +35,7 @@ from retrieval.embedding.base import normalise
 from retrieval.models import Source
 from retrieval.rank.lexical import LEX_MAX_CHARS
 from retrieval.rank.window import Scored, window_first
+from retrieval.text.chars import word_runs
 from retrieval.text.nlp import STOP_WORDS, english_norms
 
 # Two memories stating one thing are at least this close (multilingual-e5: a move to Osaka and
@@ -148,10 +148,6 @@ def _in_time_order(out: list[Scored], chain: list[int]) -> list[Scored]:
     return got
 
 
-# Content words without a tokenizer: Latin words (stemmed), katakana words, kanji compounds.
-_WORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9\-]{2,}|[\u30A1-\u30FAー]{2,}|[\u4E00-\u9FFF々]{2,}")
-
-
 # What latest_first() reads of a memory, kept under (what, memory id, text): whose fact it
 # states and its content words. Candidates repeat across a conversation's questions, and a
 # long turn costs ~0.2 ms and ~0.3 ms to read; keyed by the memory, no entry serves two tenants.
@@ -185,7 +181,8 @@ def _content_words(owners: list[int], texts: list[str]) -> list[frozenset[str]]:
     keys = [("words", o, t) for o, t in zip(owners, texts, strict=True)]
     got = [_READ.get(k) for k in keys]
     todo = [i for i, g in enumerate(got) if g is None]
-    found = {i: set(_WORD_RE.findall(texts[i][:LEX_MAX_CHARS])) for i in todo}
+    # Content words without a tokenizer (Latin ones stemmed below), katakana, kanji compounds.
+    found = {i: word_runs(texts[i][:LEX_MAX_CHARS]) for i in todo}
     latin = {w.lower() for ws in found.values() for w in ws if w.isascii()}
     stems = english_norms(w for w in latin if w not in STOP_WORDS and len(w) >= 4)
     for i, ws in found.items():

@@ -20,12 +20,12 @@ from retrieval.models import (
     Fused,
     Preset,
     QueryIntent,
-    Relevance,
     RetrievalOptions,
     ScoredResult,
     Source,
     TimeRange,
     WindowMode,
+    WindowPlace,
 )
 from retrieval.rank.chat_side import speaker_share
 from retrieval.rank.expansion import Expanded, expand
@@ -276,9 +276,9 @@ def rerank(
     kept = _below_the_window(kept, {i for i, (near, _) in meta.items() if near >= 0})
     results = _highlighted(kept[:limit], spans, query, per_source)
     if misread and window is not None:
-        return _set_aside(results, window, preset, meta, expanded), before
+        return _set_aside(results, window, meta, expanded), before
     shown = window if first else None
-    return [_label(r, preset, shown, *meta[r.candidate.id], expanded) for r in results], before
+    return [_label(r, shown, *meta[r.candidate.id], expanded) for r in results], before
 
 
 def _highlighted(
@@ -307,7 +307,6 @@ def _whose(scored: list[Scored], intent: QueryIntent, speaker: str | None) -> li
 def _set_aside(
     results: list[ScoredResult],
     window: TimeRange,
-    preset: Preset,
     meta: Mapping[int, tuple[float, float]],
     expanded: Expanded,
 ) -> list[ScoredResult]:
@@ -319,7 +318,7 @@ def _set_aside(
     out = []
     for r in results:
         near = near_window(r.candidate.created_at, window)
-        x = _label(r, preset, window, near, meta[r.candidate.id][1], expanded)
+        x = _label(r, window, near, meta[r.candidate.id][1], expanded)
         out.append(replace(x, reason=f"{x.reason}; {note}"))
     return out
 
@@ -422,31 +421,20 @@ def _by_the_speaker(scored: list[Scored], speaker: str | None) -> list[Scored]:
     return window_first(out)
 
 
-# Below this score a result carries the lowest strength label (`low`), whatever found it.
-WEAK_SCORE = 0.05
-
-
 def _label(
     r: ScoredResult,
-    preset: Preset,
     window: TimeRange | None,
     near: float,
     rec: float,
     expanded: Expanded,
 ) -> ScoredResult:
-    """The result with its relevance label and its reason (window given only in window-first
-    ranking): the label follows from the score, and a memory beside or outside the window says
-    so instead."""
-    if window is not None and near > 0:
-        relevance = Relevance.NEAR_WINDOW
-    elif window is not None and near < 0:
-        relevance = Relevance.OUTSIDE_WINDOW
-    elif r.score >= preset.high_score:
-        relevance = Relevance.HIGH
-    elif r.score >= WEAK_SCORE:
-        relevance = Relevance.MEDIUM
-    else:
-        relevance = Relevance.LOW
+    """The result with where it lies against the window (given only in window-first ranking:
+    inside, on its fuzzy edge, outside) and its reason. How likely it answers, its label, is the
+    final stage's (retrieval.rank.final)."""
+    place = None
+    if window is not None:
+        place = WindowPlace.NEAR if near > 0 else WindowPlace.OUTSIDE if near < 0 else None
+        place = place or WindowPlace.INSIDE
     reason = explain(r, window, rec, near, expanded.vias.get(r.candidate.id, ()))
     chain = expanded.chain_text.get(r.candidate.id)
-    return replace(r, relevance=relevance, reason=reason, chain=chain)
+    return replace(r, window=place, reason=reason, chain=chain)

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from retrieval.analysis.speaker import SPEAKER_LABEL
+from retrieval.analysis.speaker import speaker_label
 from retrieval.embedding.e5_weights import E5Weights, EmbeddingLayer, Tokenizer, shared_weights
-from retrieval.rank.highlight import clean
+from retrieval.text.chars import clean
 
 MODEL_DIR = Path(__file__).resolve().parent.parent / "data" / "verifier"
 
@@ -57,9 +57,9 @@ def memory_window(question: str, text: str, chars: int = MEMORY_CHARS) -> str:
         if got > best:
             best, best_at = got, at
     out = text[best_at : best_at + chars]
-    label = SPEAKER_LABEL.match(text)
+    label = speaker_label(text)
     if best_at > 0 and label:
-        out = label.group(0) + "… " + out
+        out = label + "… " + out
     return out
 
 

@@ -79,6 +79,26 @@ def require_an_answer(preset: Preset, reports: Mapping[str, SourceReport]) -> No
         )
 
 
+def require_a_whole_answer(preset: Preset, reports: Mapping[str, SourceReport], found: int) -> None:
+    """Raise StoreUnavailable when nothing was found while a first-wave leg failed: the legs
+    that answered found nothing, and the one that did not might have. An empty 200 would read
+    as "no memory matches" and hide an outage from the caller and the load balancer (a
+    database stopped mid-request: a leg answers before the stop, the others time out)."""
+    if found:
+        return
+    failed = {
+        k: r
+        for k, r in reports.items()
+        if k in {s.value for s in preset.sources} and r.status in FAILED
+    }
+    if failed:
+        m.UNAVAILABLE.inc()
+        raise StoreUnavailable(
+            "nothing found, and these sources did not answer: "
+            + ", ".join(f"{k}: {r.error}" for k, r in failed.items())
+        )
+
+
 @dataclass
 class LegRunner:
     """Runs legs for requests; create once (it holds no request's state)."""

@@ -1,29 +1,28 @@
-"""Fit the confidence (retrieval.rank.confidence) on the dev sets, and print every signal's figures.
+"""Fit the confidence (retrieval.rank.calibration) on the dev sets, and print every signal's figures.
 
     python scripts/verifier/fit.py [--eval ../shared/eval] [--write] [--json rows.json]
+        [--rows rows.json] [--read K] [--cv] [--stamp]
 
 Runs the service in-process (the embedded PostgreSQL or DATABASE_URL, as `retrieval eval`
-does; the harness's namespaces `fit-*`, indexed once and reused) with the verifier on, and asks:
+does; the harness's namespaces `fit-*`, indexed once and reused) with the reader (the verifier)
+on, reading the first K results (`--read`, default 1), and asks:
 - `adversarial`: adversarial_dev, the answerable LoCoMo questions and the adversarial ones;
 - `abstain`: abstain_dev (the evidence of a third of the questions removed: noisy labels);
 - `twins`: the pairs scripts/verifier/twins.py makes over locomo_dev, longmemeval_dev (the
   haystack of its first pair only: LME_NAMESPACES) and asks_dev.
 
-Every question is `train`, `fit` or `dev` by its conversation: LoCoMo conv-26 and conv-30 are
-`train` (the verifier's, scripts/verifier/pairs.py), conv-41 is `fit`, everything else (conv-42,
-LongMemEval, asks) `dev`. Each map (MAPS: its inputs, its splits) is a logistic regression, L2
-1.0, on the first results' signals; the one reading the verifier's logit is fitted on `fit`
-only, which the verifier never saw (fitted where it was trained, the map trusted its logit,
-weight 0.48, as its own training conversations showed it, and on the others that weight cost
-the adversarial questions 0.05 of AUROC); the others on `train` and `fit`. The thresholds are
-chosen on the maps a first result gets by default (FIRST: without the verifier, which is off by
-default): `high` so that at most HIGH_FALSE of each set's unanswerable questions get it,
-`answers` the middle of the confidences whose balanced accuracy is within PLATEAU of the best.
-The maps are fitted on the first result by score; the table printed (and, with --write, kept
-in confidence.json) on the first as served (after the confidence reordered the first three:
-retrieval.rank.confidence.promote), on the `dev` questions, which neither the verifier nor the
-maps saw: AUROC of each signal alone and of the
-confidence, false-high, high-when-found, per set.
+Every question is `fit` or `dev` by its conversation: LoCoMo conv-26, conv-30 and conv-41 are
+`fit` (the reader was trained on none of LoCoMo: scripts/verifier/pairs.py), everything else
+(conv-42, LongMemEval, asks; the Japanese twins of temporal_hard_dev) `dev`. Each map (MAPS: its
+inputs) is a logistic regression, L2 1.0, on the `fit` questions' first results' signals. The
+thresholds are chosen on the maps a first result gets by default (FIRST: with the reader when
+it is on by default): `high` so that at most HIGH_FALSE of each set's unanswerable questions
+get it, `answers` the middle of the confidences whose balanced accuracy is within PLATEAU of the
+best. The maps are fitted on the first result by score; the table printed (and, with --write,
+kept in confidence.json with the signal code's fingerprint) on the first as served (after the
+final stage reordered the first three: retrieval.rank.final.promote), on the `dev` questions,
+which neither the reader nor the maps saw: AUROC of each signal alone and of the confidence,
+false-high, high-when-found, per set.
 """
 
 from __future__ import annotations
@@ -43,14 +42,14 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pairs import TRAIN_CONVERSATIONS  # noqa: E402
 from train import auroc  # noqa: E402
 from twins import read_jsonl, twins  # noqa: E402
 
 from retrieval.evaluation.harness import eval_settings  # noqa: E402
 from retrieval.evaluation.indexing import clock_zone, ensure_index, sub_namespace  # noqa: E402
 from retrieval.models import RetrievalOptions  # noqa: E402
-from retrieval.rank.confidence import SIGNALS, WHOEVER, Map  # noqa: E402
+from retrieval.rank.calibration import WHOEVER, Map, signal_fingerprint  # noqa: E402
+from retrieval.rank.confidence import SIGNALS  # noqa: E402
 from retrieval.rank.verifier import MODEL_DIR  # noqa: E402
 from retrieval.settings import Settings  # noqa: E402
 
@@ -65,29 +64,27 @@ JA_TWIN_SETS = ("temporal_dev", "temporal_hard_dev")
 TABLE_SETS = (*SETS, "twins_ja")
 # `answers`: the middle of the thresholds whose balanced accuracy is within PLATEAU of the best.
 PLATEAU = 0.01
-# Each map's inputs, and the splits it is fitted on. A map that reads the verifier's logit is
-# fitted only where the verifier was not trained (`fit`): on its own training conversations the
-# logit separates better than anywhere else (AUROC 0.67 there, 0.47-0.56 on the others), and a map
-# fitted there gave it a weight (0.48) that cost the held-out adversarial questions 0.05. The
-# others may use the verifier's conversations too. `unseen` rather than `unmatched`: in a
-# leave-one-conversation-out over the conversations it is fitted on (--cv) the two do alike
-# (0.774 / 0.769 adversarial, 0.650 / 0.643 abstain, 0.894 / 0.881 twins), and the binary one carries over to
-# small namespaces, where every word's IDF is near the largest.
+# Each map's inputs, and the splits it is fitted on: the LoCoMo conversations of `fit`, which
+# the reader never saw. `unseen` rather than `unmatched`: in a leave-one-conversation-out over
+# those conversations (--cv) the two did alike (0.774 / 0.769 adversarial, 0.650 / 0.643
+# abstain, 0.894 / 0.881 twins), and the binary one carries over to small namespaces, where
+# every word's IDF is near the largest.
 # Each is fitted a second time without `who` (WHOEVER), for the results whose speaker does not
 # apply (a question about no one, a memory that says nobody's).
 MAPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "read": (("verifier", "coverage", "unseen", "asks", "who", "kind", "score"), ("fit",)),
-    "unread": (("coverage", "unseen", "asks", "who", "kind", "score"), ("train", "fit")),
-    "tail": (("who", "kind", "score"), ("train", "fit")),
+    "unread": (("coverage", "unseen", "asks", "who", "kind", "score"), ("fit",)),
+    "tail": (("who", "kind", "score"), ("fit",)),
 }
 MAPS |= {
     f"{name}{WHOEVER}": (tuple(k for k in names if k != "who"), splits)
     for name, (names, splits) in MAPS.items()
 }
-# The map a first result gets by default: without the verifier (Settings.verifier).
+# The map a first result gets by default: with the reader when it is on (Settings.verifier).
 FIRST = "read" if Settings().verifier else "unread"
-# The conversations the map is fitted on: LoCoMo dev conversations the verifier was not trained on.
-FIT_CONVERSATIONS = ("locomo-conv-41",)
+# The conversations the maps are fitted on: LoCoMo conversations the reader was not trained on
+# (none of them); conv-42 is held out.
+FIT_CONVERSATIONS = ("locomo-conv-26", "locomo-conv-30", "locomo-conv-41")
 # A signal that is higher when nothing answers is read negated in the figures.
 ORIENTED = {"unmatched": -1.0, "unseen": -1.0, "asks": -1.0}
 LME_NAMESPACES = 1
@@ -113,12 +110,11 @@ def logistic(x: np.ndarray, y: np.ndarray, l2: float = L2) -> tuple[np.ndarray, 
 
 
 def split_of(namespace: str) -> str:
-    """`train` (the verifier's conversations), `fit` (the map's) or `dev` (neither's)."""
+    """`fit` (the maps' conversations) or `dev` (neither the reader's nor the maps')."""
     if namespace in JA_TWIN_SETS:
         return "fit" if namespace == JA_TWIN_SETS[0] else "dev"
-    for split, conversations in (("train", TRAIN_CONVERSATIONS), ("fit", FIT_CONVERSATIONS)):
-        if any(namespace.endswith(c) or f"{c}-" in namespace for c in conversations):
-            return split
+    if any(namespace.endswith(c) or f"{c}-" in namespace for c in FIT_CONVERSATIONS):
+        return "fit"
     return "dev"
 
 
@@ -164,11 +160,12 @@ async def ask_all(
     return rows
 
 
-async def collect(root: Path) -> list[dict]:
+async def collect(root: Path, read: int = 1) -> list[dict]:
     from retrieval.runtime import open_runtime
 
-    # The verifier on, whatever the default: the rows hold its logit, for the `read` map.
-    rt = await open_runtime(eval_settings(Settings(), 10).model_copy(update={"verifier": True}))
+    # The reader on, whatever the default: the rows hold its logit, for the `read` map.
+    on = {"verifier": True, "verifier_results": read}
+    rt = await open_runtime(eval_settings(Settings(), 10).model_copy(update=on))
     try:
         rows: list[dict] = []
         adv = root / "adversarial_dev"
@@ -274,7 +271,7 @@ def as_served(rows: list[dict], maps: dict[str, Any], name: str) -> list[float]:
 
 
 def confidences(rows: list[dict], m: dict[str, Any]) -> list[float]:
-    """Each row's confidence from a map as the service computes it (confidence.Map); a signal
+    """Each row's confidence from a map as the service computes it (calibration.Map); a signal
     the row lacks (None) reads 0."""
     f = Map(m["weights"], m["intercept"])
     return [f({k: v for k, v in r["signals"].items() if v is not None}) for r in rows]
@@ -329,23 +326,38 @@ def main() -> None:
     ap.add_argument("--rows", type=Path, help="read the rows of an earlier run instead of asking")
     ap.add_argument("--json", type=Path, help="write the rows asked")
     ap.add_argument("--write", action="store_true", help="write confidence.json")
+    ap.add_argument("--read", type=int, default=1, help="the first results the reader reads")
+    ap.add_argument(
+        "--stamp",
+        action="store_true",
+        help="only write the signal code's fingerprint into the shipped confidence.json: for a "
+        "change shown to leave every signal as it was (the rows of --json, before and after)",
+    )
     ap.add_argument("--cv", action="store_true",
                     help="also print the leave-one-conversation-out AUROC of the unread map's "
                          "inputs and of them with `unmatched` for `unseen`")  # fmt: skip
     a = ap.parse_args()
-    rows = json.loads(a.rows.read_text()) if a.rows else asyncio.run(collect(a.eval))
+    if a.stamp:
+        path = MODEL_DIR / "confidence.json"
+        shipped = json.loads(path.read_text())
+        shipped["fingerprint"] = signal_fingerprint()
+        path.write_text(json.dumps(shipped, indent=1) + "\n")
+        print(f"stamped {path.name}: {shipped['fingerprint']}")
+        return
+    rows = json.loads(a.rows.read_text()) if a.rows else asyncio.run(collect(a.eval, a.read))
     for r in rows:  # rows read back are split as today
         r["split"] = split_of(r["namespace"])
     if a.json:
         a.json.write_text(json.dumps(rows, ensure_ascii=False))
     m = fit(rows)
+    m["fingerprint"] = signal_fingerprint()
     m["dev"] = table(rows, m)
     m["note"] = (
-        "fitted on LoCoMo conv-41 (adversarial_dev, abstain_dev, twins), which the verifier "
-        "(trained on conv-26 and conv-30) never saw; the figures (`dev`) are on conv-42, "
-        "LongMemEval and asks, which neither the verifier nor this map saw: AUROC of each "
-        "signal alone and of the confidence; false_high and high_when_found at "
-        "`thresholds.high`"
+        "fitted on LoCoMo conv-26, conv-30 and conv-41 (adversarial_dev, abstain_dev, twins) and "
+        "temporal_dev's Japanese twins, none of which the reader was trained on; the figures "
+        "(`dev`) are on conv-42, LongMemEval, asks and temporal_hard_dev's twins, which neither "
+        "the reader nor these maps saw: AUROC of each signal alone and of the confidence; "
+        "false_high and high_when_found at `thresholds.high`"
     )
     print(json.dumps(m, indent=1))
     print(markdown(m))

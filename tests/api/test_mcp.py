@@ -60,6 +60,8 @@ async def test_every_tool_over_http(server):
         assert not found.is_error
         assert text.startswith("1. [trip | 2026-03-02T00:00+00:00"), text  # content, time, reason
         assert "来週の金曜に京都へ出張する" in text and "why: found by" in text
+        first = text.split("\n", 1)[0]
+        assert any(f"| {w}, confidence " in first for w in ("high", "medium", "low")), first
         run_id = text.rsplit("run_id: ", 1)[1].split()[0]
         fb = await c.call_tool(
             "feedback", {"memory_id": "gym", "helpful": False, "namespace": ns, "run_id": run_id}

@@ -16,7 +16,8 @@ MEMORIES = [
     {"id": "cat", "content": "My cat is called Mochi and she likes tuna."},
 ]
 ASKED = {"京都への出張はいつ？": "trip", "What is my cat's name?": "cat"}
-SAID = {"score", "relevance", "confidence", "reason", "highlight", "id", "run_id"}
+SAID = {"score", "relevance", "confidence", "window", "answered", "reason", "highlight", "id",
+        "run_id"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +32,9 @@ def _check(first_id: str, meta: dict, content: str, asked: str) -> None:
     assert first_id == ASKED[asked]
     assert set(meta) >= SAID and meta["id"] == first_id
     assert 0.0 <= meta["score"] <= 1.0 and meta["reason"] and meta["relevance"]
+    # The answer's `answered` is carried, and agrees with the first result's label.
+    assert meta["answered"] == (meta["relevance"] in ("high", "medium")), meta
+    assert meta["window"] is None  # neither question names a time
     assert meta["highlight"] and meta["highlight"] in content
     assert content[meta["highlight_start"] : meta["highlight_end"]] == meta["highlight"]
 

@@ -17,7 +17,6 @@ from retrieval.models import Highlight, Relevance, Result, RetrievalOptions, Sou
 from retrieval.rank.budget import fit
 from retrieval.rank.highlight import (
     bm25_idf,
-    clean,
     focus,
     focus_all,
     span_index,
@@ -25,6 +24,7 @@ from retrieval.rank.highlight import (
 )
 from retrieval.rank.lexical import highlights, lex_highlights
 from retrieval.rank.rerank import rerank
+from retrieval.text.chars import clean
 from retrieval.text.passages import (
     _END,
     OVERLAP_MAX_CHARS,

@@ -92,7 +92,8 @@ def test_rerank_window_first_then_outside():
     }
     res, before = rerank(per, TEMPORAL, *asked(limit=10), now=NOW, window=w)
     assert [r.candidate.id for r in res] == [1, 2]
-    assert res[1].relevance == "outside_window" and "outside last_week" in res[1].reason
+    assert res[1].window == "outside" and "outside last_week" in res[1].reason
+    assert res[0].window == "inside"
     assert "inside last_week" in res[0].reason and before == 2
 
 
@@ -115,7 +116,7 @@ def test_a_window_holding_none_of_the_questions_words_is_set_aside():
     assert [r.candidate.id for r in res] == [1, 2]
     assert all("last_thursday set aside" in r.reason for r in res)
     # Still said where each lies, but not scaled below the window's.
-    assert res[0].relevance == "outside_window" and "outside last_thursday" in res[0].reason
+    assert res[0].window == "outside" and "outside last_thursday" in res[0].reason
     assert "outside_window" not in res[0].signals and res[0].score > res[1].score
     assert "inside last_thursday" in res[1].reason
 
@@ -123,13 +124,13 @@ def test_a_window_holding_none_of_the_questions_words_is_set_aside():
     res, _ = rerank(per, TEMPORAL, *asked(limit=10), now=NOW, window=w)
     assert [r.candidate.id for r in res] == [2, 1]
     assert not any("set aside" in r.reason for r in res)
-    assert res[1].relevance == "outside_window"
+    assert res[1].window == "outside"
 
 
 def test_scores_follow_the_window_first_order_and_weak_results_are_low():
     """An inside memory the legs scored ~0 ranks above a strong one outside the window: the
     outside one's returned score is brought below it (one factor, said in the reason), so the
-    list is in score order; a weak inside one is labelled `low`, never `medium`."""
+    list is in score order, and each says where it lies (the labels: test_final)."""
     w = TimeRange(NOW - timedelta(days=7), None, None, "先週から")
     old = NOW - timedelta(days=100)
     per = {
@@ -149,8 +150,8 @@ def test_scores_follow_the_window_first_order_and_weak_results_are_low():
     scores = [r.score for r in res]
     assert scores == sorted(scores, reverse=True), scores
     by_id = {r.candidate.id: r for r in res}
-    assert by_id[2].score < 0.05 and by_id[2].relevance == "low"
-    assert by_id[3].relevance == "outside_window" and by_id[3].score <= by_id[2].score
+    assert by_id[2].score < 0.05 and by_id[2].window == "inside"
+    assert by_id[3].window == "outside" and by_id[3].score <= by_id[2].score
     assert "below those inside" in by_id[3].reason
     assert by_id[3].score >= by_id[4].score  # their own order is kept
 
@@ -162,7 +163,7 @@ def test_rerank_threshold_labels_and_reasons():
     }
     res, before = rerank(per, KEYWORD_BOOST, *asked(limit=10), now=NOW)
     assert [r.candidate.id for r in res] == [1]
-    assert res[0].relevance == "high"
+    assert res[0].window is None  # no window named
     assert "vector (cos 0.900" in res[0].reason and "keyword (bm25 5.000" in res[0].reason
     assert before == 2
 
@@ -230,10 +231,8 @@ def test_fuzzy_window_soft_edge_is_near_not_inside_and_decays():
     )
     ids = [r.candidate.id for r in out]
     assert ids == [1, 2, 3, 4]
-    rel = {r.candidate.id: r.relevance for r in out}
-    assert (
-        rel[2] == rel[3] == "near_window" and rel[4] == "outside_window" and rel[1] != "near_window"
-    )
+    place = {r.candidate.id: r.window for r in out}
+    assert place == {1: "inside", 2: "near", 3: "near", 4: "outside"}
     near = {r.candidate.id: r.signals["near_window"] for r in out if "near_window" in r.signals}
     assert 1.0 > near[2] > near[3] >= 0.5
     assert "near last_week (on its fuzzy edge" in out[1].reason and "inside" not in out[1].reason

@@ -34,6 +34,7 @@ from retrieval_client.models import (
     RunOut,
     SourceStatus,
     Strategy,
+    WindowPlace,
 )
 
 __version__ = "0.1.0"
@@ -67,4 +68,5 @@ __all__ = [
     "Unauthorized",
     "Unavailable",
     "Unreachable",
+    "WindowPlace",
 ]

@@ -27,13 +27,23 @@ class Strategy(StrEnum):
 
 
 class Relevance(StrEnum):
-    """A result's label, strongest first."""
+    """A result's label: how likely it answers, on one scale, strongest first. From the
+    confidence when the service has one (docs/confidence.md), from the score otherwise; a
+    weak score (below 0.05) is `low` whatever its confidence. The first result's label is
+    `high` or `medium` exactly when the answer says `answered`."""
 
-    HIGH = "high"  # its confidence that it answers is at least the service's `high` threshold
-    MEDIUM = "medium"
-    LOW = "low"  # a weak score (below 0.05): listed, but little says it answers
-    NEAR_WINDOW = "near_window"  # just outside a fuzzy window (お盆の頃, around March)
-    OUTSIDE_WINDOW = "outside_window"
+    HIGH = "high"  # its confidence is at least the service's `high` threshold
+    MEDIUM = "medium"  # its confidence reaches the `answered` threshold
+    LOW = "low"  # below it, or a weak score: listed, but little says it answers
+
+
+class WindowPlace(StrEnum):
+    """Where a result lies against the time window its question named (its own field,
+    `window`: null when the question named none)."""
+
+    INSIDE = "inside"
+    NEAR = "near"  # on a fuzzy window's soft edge (お盆の頃, around March): scored down
+    OUTSIDE = "outside"  # outside it: after every result inside
 
 
 class SourceStatus(StrEnum):
@@ -50,6 +60,7 @@ class SourceStatus(StrEnum):
 # sends it (a str): a value added later never breaks an older client.
 OpenStrategy = Annotated[Strategy | str, Field(union_mode="left_to_right")]
 OpenRelevance = Annotated[Relevance | str, Field(union_mode="left_to_right")]
+OpenWindowPlace = Annotated[WindowPlace | str, Field(union_mode="left_to_right")]
 OpenSourceStatus = Annotated[SourceStatus | str, Field(union_mode="left_to_right")]
 JobState = Annotated[
     Literal["queued", "running", "done", "failed"] | str, Field(union_mode="left_to_right")
@@ -105,8 +116,14 @@ class ResultOut(_Out):
     signals: dict[str, float]
     sources: list[str]
     relevance: OpenRelevance = Field(
-        description="high (confidence at least the service's threshold) | medium | low (a weak "
-        "score) | near_window (a fuzzy window's soft edge) | outside_window"
+        description="How likely it answers, one scale: high (confidence at least the service's "
+        "`high` threshold) | medium (it reaches the `answered` threshold) | low (below, or a "
+        "score under 0.05). The first result is high or medium exactly when `answered`."
+    )
+    window: OpenWindowPlace | None = Field(
+        default=None,
+        description="Where it lies against the time window the question named: inside | near "
+        "(a fuzzy window's soft edge) | outside; null when the question named none.",
     )
     confidence: float | None = Field(
         default=None,
@@ -382,6 +399,7 @@ __all__ = [
     "Problem",
     "PurgeOut",
     "Relevance",
+    "WindowPlace",
     "ResultOut",
     "RetrieveResponse",
     "RunOut",

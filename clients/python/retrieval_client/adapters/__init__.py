@@ -24,17 +24,23 @@ from retrieval_client.models import ResultOut, RetrieveResponse
 
 def memory_metadata(result: ResultOut, response: RetrieveResponse) -> dict[str, Any]:
     """What a framework document's metadata holds for one result: its id, `score` (the ranking's,
-    0-1), `relevance`, `confidence` (how likely it answers, 0-1, or None), `reason` (why it was
-    chosen), `highlight` (the part that answers, with `highlight_start`/`highlight_end` in the
-    content), when and what it is, the memory's own metadata, and the request's `run_id`
+    0-1), `relevance` (high, medium or low: how likely it answers), `confidence` (the same as a
+    probability, 0-1, or None), `window` (inside, near or outside the time window the question
+    named, or None), `answered` (whether anything answers the question: the answer's, the same
+    on every document of one answer; None from a service without the confidence), `reason` (why
+    it was chosen), `highlight` (the part that answers, with `highlight_start`/`highlight_end`
+    in the content), when and what it is, the memory's own metadata, and the request's `run_id`
     (for feedback)."""
     h = result.highlight
     meta = response.metadata
+    answered = meta.answered if meta is not None else None
     return {
         "id": result.id,
         "score": result.score,
         "relevance": getattr(result.relevance, "value", result.relevance),
         "confidence": result.confidence,
+        "window": getattr(result.window, "value", result.window),
+        "answered": answered.answered if answered is not None else None,
         "reason": result.reason,
         "highlight": h.text if h is not None else None,
         "highlight_start": h.start if h is not None else None,
