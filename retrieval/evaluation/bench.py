@@ -31,6 +31,7 @@ from db import bulk
 from db.eval_indexes import GET_HARNESS_KEY, PUT_HARNESS_KEY
 from db.memories import MemoryRow
 from retrieval.analysis.facts import stored_fact
+from retrieval.evaluation.harness import percentiles
 from retrieval.models import RetrievalOptions
 from retrieval.settings import Settings
 
@@ -133,13 +134,6 @@ def bench_queries(n: int, seed: int = 1) -> tuple[list[str], list[str]]:
         seen.setdefault(f"{rng.choice(QUERIES)}{rng.choice(TAILS)}{num}")
     qs = list(seen)
     return qs[:WARM_UP], qs[WARM_UP:]
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0}
-    a = np.asarray(values)
-    return {f"p{p}_ms": round(float(np.percentile(a, p)), 2) for p in (50, 95, 99)}
 
 
 def bench_dsn(dsn: str) -> str:
