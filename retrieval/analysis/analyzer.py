@@ -14,7 +14,7 @@ from retrieval.analysis.answers import asked_kind
 from retrieval.analysis.facts import fact_key
 from retrieval.analysis.frame import frame_spans
 from retrieval.analysis.speaker import ASSISTANT, asked_speaker
-from retrieval.analysis.tense import asks_about_now, plans_ahead, relations_in
+from retrieval.analysis.tense import asks_about_now, plans_ahead, relations_in, told_in_the_past
 from retrieval.analysis.time.calendar_ja import national_holidays
 from retrieval.analysis.time.expressions import parse_time, strip_spans
 from retrieval.models import Entity, QueryIntent, QueryType, TimeRange
@@ -106,7 +106,7 @@ class QueryAnalyzer:
         text = normalize_text(query).strip()
         zone = tz or self.tz
         now = now or datetime.now(zone)
-        tp = parse_time(text, now, zone, self.recent_days)
+        tp = parse_time(text, now, zone, self.recent_days, past=told_in_the_past(text))
         # Relative time words (先週, 最近) describe when, not what: keep them out of the keyword
         # legs. Written dates (1910年, 2025年3月) stay: in a question they are often content.
         relative = [(s, e) for s, e in tp.spans if not any(ch.isdigit() for ch in text[s:e])]

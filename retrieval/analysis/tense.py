@@ -138,6 +138,19 @@ _JA_ADVICE = re.compile(
 _EN_ED = re.compile(r"\b[a-z]{2,}ed\b", re.IGNORECASE)
 
 
+# A Japanese verb or copula in the past at the end of a clause (あった, 勝った, 行ったっけ, 何だった).
+_JA_TOLD_PAST = re.compile(r"(?:た|だ)(?:の|っけ|か|よね?|ね)?(?:[?？。!！、]|\s|$)")
+
+
+def told_in_the_past(text: str) -> bool:
+    """Whether a question tells of the past: an English past marker (did, was, ago, last …) or
+    a verb in -ed; a Japanese verb in the past (水曜日に何があった？). A bare weekday in it is
+    the last one before today (retrieval.analysis.time)."""
+    if text.isascii():
+        return bool(_EN_PAST.search(text) or _EN_ED.search(text))
+    return _JA_TOLD_PAST.search(text) is not None
+
+
 def plans_ahead(text: str, toks: list[Token]) -> bool:
     """Whether a question asks for a suggestion and says nothing past (see the module's doc):
     its time, if it names one not over, is the asker's plan, not a window of memories."""

@@ -126,8 +126,12 @@ def _range_of(c: Ctx, f: _Found) -> TimeRange | None:
         return None
     if f.to is not None:
         if _yearless(f.to) and rng.start is not None:
-            # 7月22日から9月10日: the end's first occurrence from the start on, not this year's
-            c = Ctx(rng.start + timedelta(days=365), c.tz, c.recent_days)
+            # 7月22日から9月10日: the end's first occurrence from the start on, not this year's.
+            # Read from the eve of the start's month a year on, when that month has not begun
+            # again: 8月11日から8月15日 ends this August, not the next (a month begun counts).
+            s = rng.start.astimezone(c.tz)
+            eve = datetime(s.year + 1, s.month, 1, tzinfo=c.tz) - timedelta(days=1)
+            c = Ctx(eve, c.tz, c.recent_days)
         _, last = _resolve(c, f.to, f.text, False)
         return spanning(rng, last, f.text) if last is not None else None
     return bounded(rng, f.bound, f.text)
@@ -224,18 +228,25 @@ def _anchored(
 
 
 def parse_time(
-    text: str, now: datetime, tz: str | ZoneInfo = "Asia/Tokyo", recent_days: int = 14
+    text: str,
+    now: datetime,
+    tz: str | ZoneInfo = "Asia/Tokyo",
+    recent_days: int = 14,
+    *,
+    past: bool = False,
 ) -> TimeParse:
     """Find the time expressions in text; the first that resolves gives the range. Also the
     character spans of every expression found (time words are not keywords) and hints
-    (a year alone, a life stage such as 高校の頃) for what cannot be dated."""
+    (a year alone, a life stage such as 高校の頃) for what cannot be dated. `past`: the text
+    tells of the past (retrieval.analysis.tense.told_in_the_past): a bare weekday is then the
+    last one before today."""
     zone = tz if isinstance(tz, ZoneInfo) else ZoneInfo(tz)
     if now.tzinfo is None:
         now = now.replace(tzinfo=zone)
     out = TimeParse()
     if not time_in_bounds(now):  # nothing relative can be resolved against such a now
         return out
-    c = Ctx(now, zone, recent_days)
+    c = Ctx(now, zone, recent_days, past)
     exprs: list[tuple[list[Atom], bool, int, int]] = []
     for group in _groups(scan(text), text):
         core = [a for a in group if a.kind not in ("fuzzy", "fuzzy_pre")]

@@ -48,11 +48,15 @@ class Window:
 
 
 class Ctx:
-    def __init__(self, now: datetime, tz: ZoneInfo, recent_days: int) -> None:
+    """What an expression is resolved against: now, in the calendar of tz; `past`: the words
+    around it tell of the past (a bare weekday is then the last one before today)."""
+
+    def __init__(self, now: datetime, tz: ZoneInfo, recent_days: int, past: bool = False) -> None:
         self.tz = tz
         self.now = now.astimezone(tz)
         self.today = self.now.date()
         self.recent_days = recent_days
+        self.past = past
 
     def at(self, d: date) -> datetime:
         return datetime.combine(d, time(0), tzinfo=self.tz)
@@ -142,11 +146,13 @@ def _weekday(c: Ctx, wd: int, mode: str, week: int | None = None) -> date:
     if mode == "this":
         return monday + timedelta(days=wd)
     back = (c.today.weekday() - wd) % 7
-    if mode == "last":  # last Friday / この前の金曜日: before today
+    if mode == "last" or (mode == "past" and c.past):
+        # last Friday / この前の金曜日, and "Did I win on Saturday?" asked on a Saturday: the one
+        # before today
         return c.today - timedelta(days=back or 7)
     if mode == "next":
         return c.today + timedelta(days=((wd - c.today.weekday()) % 7) or 7)
-    return c.today - timedelta(days=back)  # 金曜日に: the latest, today included
+    return c.today - timedelta(days=back)  # 金曜日に, "on Friday": the latest, today included
 
 
 def _day(d: date, rel: str | None = None) -> Window:

@@ -68,6 +68,10 @@ def test_a_range_end_without_a_year_follows_its_start():
     # 12月から3月まで asked in February: December of last year to March of this one
     feb = datetime.fromisoformat("2027-02-10T12:00:00+09:00")
     assert edges("12月から3月までの冬の記録", feb) == (date(2026, 12, 1), date(2027, 4, 1))
+    # An end in the start's own month is that month's, not the next year's (it was 2027-08-16).
+    assert edges("8月11日から8月15日の間に何をした？") == (date(2026, 8, 11), date(2026, 8, 16))
+    assert edges("7月22日から7月30日まで") == (date(2026, 7, 22), date(2026, 7, 31))
+    assert edges("between August 11 and August 15") == (date(2026, 8, 11), date(2026, 8, 16))
 
 
 @pytest.mark.parametrize(
