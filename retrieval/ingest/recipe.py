@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import asyncpg
 import numpy as np
@@ -153,13 +153,19 @@ def recipe(
     return Recipe(own[:EMBED_MAX_CHARS], after, spans, passages)
 
 
-def in_embedding_order(recipes: Sequence[Recipe]) -> list[str]:
-    """The recipes' texts as a write embeds them: every own text, then every text after its
-    turn, then every passage."""
+# One text a write embeds: the item (its index in the write), what of it the text is (its own
+# text, the text after the turn it follows, a passage) and the text.
+Slot = tuple[int, Literal["own", "after", "passage"], str]
+
+
+def embedding_slots(recipes: Mapping[int, Recipe]) -> list[Slot]:
+    """The recipes' texts in the one order a write embeds them: every own text, then every text
+    after its turn, then every passage; each with whose it is and what of it (embed reads the
+    vectors back by these slots, so the order is written here only)."""
     return (
-        [t for rc in recipes if (t := rc.own) is not None]
-        + [t for rc in recipes if (t := rc.after) is not None]
-        + [t for rc in recipes for t in rc.passages]
+        [(i, "own", t) for i, rc in recipes.items() if (t := rc.own) is not None]
+        + [(i, "after", t) for i, rc in recipes.items() if (t := rc.after) is not None]
+        + [(i, "passage", t) for i, rc in recipes.items() for t in rc.passages]
     )
 
 
@@ -318,7 +324,8 @@ class Plan:
     kept: dict[int, Kept]
     recipes: dict[int, Recipe]
     given: dict[int, np.ndarray]
-    texts: list[str]
+    slots: list[Slot]
+    texts: list[str]  # the slots' texts, in their order (the cost estimate's)
     read: list[str]
     want_entities: list[bool]
 
@@ -360,6 +367,7 @@ async def plan(
     for i, turn in before.items():
         it = items[i]
         recipes[i] = replace(recipes[i], after=turn_text(turn, memory_text(it.title, it.content)))
+    slots = embedding_slots(recipes)
     return Plan(
         namespace=namespace,
         items=items,
@@ -368,7 +376,8 @@ async def plan(
         kept={i: Kept.of(stored.existing[x]) for i, x in enumerate(ids) if i not in changed},
         recipes=recipes,
         given=given,
-        texts=in_embedding_order(list(recipes.values())),
+        slots=slots,
+        texts=[t for _, _, t in slots],
         read=[memory_text(items[i].title, items[i].content) for i in need],
         want_entities=[items[i].entities is None for i in need],
     )
@@ -391,22 +400,25 @@ async def embed(
     meter: EmbedMeter | None = None,
     tick: Tick | None = None,
 ) -> Embedded:
-    """Every changed memory's vector and passages: all own texts embedded first, then the texts
-    after their turns, then the passages (bounded calls on the write path's threads,
-    `documents`)."""
-    recipes = planned.recipes
-    own = [i for i, rc in recipes.items() if rc.own is not None]
-    after = [i for i in own if recipes[i].after is not None]
+    """Every changed memory's vector and passages, from its texts' vectors read back by the
+    plan's slots (embedding_slots: the order is written there only), embedded in bounded calls
+    on the write path's threads (`documents`)."""
     texts = planned.texts
-    got = iter(
+    got = (
         await documents.embed(embedder, texts, batch_size, meter=meter, tick=tick) if texts else []
     )
-    own_vec = {i: next(got) for i in own}
-    after_vec = {i: next(got) for i in after}
+    own: dict[int, np.ndarray] = {}
+    after: dict[int, np.ndarray] = {}
+    parts: dict[int, list[np.ndarray]] = {}
+    for (i, what, _), v in zip(planned.slots, got, strict=True):
+        if what == "passage":
+            parts.setdefault(i, []).append(v)
+        else:
+            (own if what == "own" else after)[i] = v
     vectors: dict[int, np.ndarray] = {}
     passages: dict[int, list[PassageRow]] = {}
-    for i, rc in recipes.items():
-        vecs = [next(got) for _ in rc.passages]
-        vectors[i] = rc.vector(own_vec.get(i), after_vec.get(i), vecs, planned.given.get(i))
+    for i, rc in planned.recipes.items():
+        vecs = parts.get(i, [])
+        vectors[i] = rc.vector(own.get(i), after.get(i), vecs, planned.given.get(i))
         passages[i] = rc.passage_rows(vecs)
     return Embedded(vectors, passages)
