@@ -1,9 +1,7 @@
-"""How sure the answer is: each result's `confidence` that it answers the question, and whether
-anything does.
+"""Each result's signals, read against the question: what the calibration's maps
+(retrieval.rank.calibration) turn into its `confidence` in the final stage (retrieval.rank.final).
 
-A result's signals, read against the question (`Signals`):
-- `verifier`: the logit of the verifier (retrieval.rank.verifier), which reads the question
-  against the memory: the first result (VERIFIED);
+- `verifier`: the reader's logit (retrieval.rank.verifier), for the first `read` results;
 - `coverage`: the share of the question's words the memory holds, each weighted by its IDF in
   the namespace (the keyword leg's term statistics): a word no memory of the namespace holds
   ("hamster" where only a cat was mentioned) weighs the most;
@@ -14,27 +12,15 @@ A result's signals, read against the question (`Signals`):
 - `asks`: 1 when the memory asks what the question asks (a sentence of it that asks holds one
   of the question's words: "assistant: When do you play tennis?" for "When do I play tennis?"),
   which its reply answers, not it;
-- `who`: +1 when the memory is said by the person (or side: the user, the assistant) the
-  question asks about, -1 when said by another and naming none of them ("What did Caroline
-  realize after her charity race?" against Melanie's turn), 0 when neither can be told;
-  ABOUT_OTHER when said by the person named but of "you" (only of "you": "Maria: Congrats on
-  the promotion! How do you feel?" for what Maria was promoted to; or the words asked about
-  after a "you": "Joanna: Wow, your new hair color looks amazing!", `whose`), -1 too when it
-  names them but holds those words after an "I" ("Nate: Joanna, I took my turtles to the
-  beach"); absent where it does not apply (a question about no one, a memory that says
-  nobody's);
+- `who`: whose turn it is against whom the question asks about (retrieval.analysis.reading);
+  absent where it does not apply;
 - `kind`: -1 when the question asks for a kind of answer (a date, an amount, a frequency, a
-  number) that the memory does not state, +1 when it does, 0 when it asks for none;
+  number) that the memory does not state, +1 when it does, 0 when it asks for none
+  (retrieval.analysis.reading);
 - `score`: the result's score.
 
-The map from the signals to `confidence` is a logistic regression fitted on the dev sets' train
-split (scripts/verifier/fit.py writes `retrieval/data/verifier/confidence.json`: its
-coefficients, the figures on the held-out split, and the thresholds). A result the verifier did
-not read is mapped without it (`unread`), one below the first COVERED without the words it holds
-either (`tail`), and one whose speaker does not apply by the same fitted without `who`
-(`*_whoever`). `relevance: high` means a confidence of at least `high` (the file's;
-docs/api.md), and the answer's `answered` says whether the first result's confidence reaches
-`answers`.
+The words held are read of the first COVERED results only; the maps (`read`, `unread`, `tail`,
+each also without `who`) are chosen per result by what it has (Calibration.map_for).
 """
 
 from __future__ import annotations
