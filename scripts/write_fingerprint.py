@@ -77,8 +77,8 @@ async def _digests(conn, ns: str) -> dict[str, str]:
 
 
 async def main(eval_dir: Path) -> None:
-    from retrieval.api.memory_in import MemoryIn
     from retrieval.cli.common import opened
+    from retrieval.ingest.memory_in import MemoryIn
     from retrieval.settings import Settings
 
     items = [MemoryIn.model_validate(d).item() for d in _corpus(eval_dir)]

@@ -148,7 +148,7 @@ NOW_UTC = datetime.now(UTC)
 
 async def ingest_items(rt, ns, items):
     """Store raw item dicts through the write path the API uses."""
-    from retrieval.api.memory_in import parse_items
+    from retrieval.ingest.memory_in import parse_items
 
     return await rt.writer.write(parse_items(items), ns)
 

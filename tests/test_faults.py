@@ -76,7 +76,7 @@ async def own_db(tmp_path_factory, nlp, embedder):
         run_retention_days=0,
     )
     rt = await open_runtime(s, embedder=embedder, nlp=nlp)
-    from retrieval.api.memory_in import parse_items
+    from retrieval.ingest.memory_in import parse_items
 
     await rt.writer.write(
         parse_items(

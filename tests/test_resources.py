@@ -85,8 +85,8 @@ async def test_retention_deletes_old_runs_and_feedback_in_batches(rt, ns):
 
 async def test_eval_refuses_a_namespace_it_did_not_create(rt, ns, tmp_path):
     """`retrieval eval --namespace NS` deleted every memory of NS: it would wipe production."""
-    from retrieval.api.memory_in import parse_items
     from retrieval.evaluation import ForeignNamespace, ensure_index
+    from retrieval.ingest.memory_in import parse_items
 
     await rt.writer.write(parse_items([{"id": "prod", "content": "本番のメモ"}]), ns)
     corpus = tmp_path / "c.jsonl"

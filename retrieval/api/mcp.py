@@ -26,7 +26,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
 from retrieval.api.deps import bearer_token
-from retrieval.api.memory_in import Metadata
+from retrieval.ingest.memory_in import Metadata
 from retrieval_client import ApiError, AsyncRetrievalClient, InvalidRequest, Unavailable
 from retrieval_client.models import IngestOut, JobOut, RetrieveResponse
 

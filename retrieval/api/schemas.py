@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
-from retrieval.api.memory_in import MAX_ID_CHARS, Instant, MemoryIn, SafeId, SafeStr
 from retrieval.errors import InvalidInput
+from retrieval.ingest.memory_in import MAX_ID_CHARS, Instant, MemoryIn, SafeId, SafeStr
 from retrieval.models import Strategy
 from retrieval.settings import Settings
 from retrieval.validation import (

@@ -47,8 +47,8 @@ async def ingest(settings: Settings, args: argparse.Namespace) -> int:
     """`retrieval ingest FILE`: all or nothing, resumable; each bad line named."""
     from tqdm import tqdm
 
-    from retrieval.api.memory_in import parse_line
     from retrieval.ingest.importer import import_file
+    from retrieval.ingest.memory_in import parse_line
 
     # A file is published in one transaction, as long as it takes: no server-side deadline.
     async with opened(settings.model_copy(update={"statement_timeout_ms": 0})) as rt:

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from retrieval.api.memory_in import parse_line
 from retrieval.errors import InvalidInput
 from retrieval.ingest.items import MemoryItem, json_lines
+from retrieval.ingest.memory_in import parse_line
 from retrieval.validation import duplicate_ids
 
 

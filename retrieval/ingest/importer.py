@@ -132,7 +132,7 @@ async def import_file(
     timeout_s: float | None = None,
 ) -> ImportReport:
     """Import a JSONL file into namespace (see the module's docstring); `parse` validates a
-    line (retrieval.api.memory_in.parse_line)."""
+    line (retrieval.ingest.memory_in.parse_line)."""
     t0 = time.perf_counter()
     check_namespace(namespace)
     sc = await asyncio.to_thread(scan, path, parse)

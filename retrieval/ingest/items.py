@@ -1,5 +1,5 @@
 """What a write carries into the core: one memory to store (`MemoryItem`, with its `Link`s), plain
-data. The API and the JSONL reader validate what callers send (retrieval.api.memory_in) and hand
+data. The API and the JSONL reader validate what callers send (retrieval.ingest.memory_in) and hand
 these on; a queued job stores them as JSON and reads them back (`to_json`, `from_json`)."""
 
 from __future__ import annotations

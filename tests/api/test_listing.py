@@ -9,7 +9,7 @@ import uuid
 import numpy as np
 import pytest
 
-from retrieval.api.memory_in import parse_items
+from retrieval.ingest.memory_in import parse_items
 from tests.helpers import app_client
 
 

@@ -8,10 +8,10 @@ import pytest
 
 from db import bulk
 from db.errors import ImportInProgress
-from retrieval.api.memory_in import parse_line
 from retrieval.errors import InvalidInput
 from retrieval.ingest import importer
 from retrieval.ingest.index import index_terms
+from retrieval.ingest.memory_in import parse_line
 from retrieval.models import RetrievalOptions
 
 LINES = [

@@ -83,7 +83,7 @@ async def test_twenty_concurrent_writers_over_overlapping_ids(client, rt, ns, se
 
 async def test_statistics_follow_updates_archives_and_deletes(rt, ns):
     """Triggers count inserts, changed texts and deletes; archiving changes nothing."""
-    from retrieval.api.memory_in import parse_items
+    from retrieval.ingest.memory_in import parse_items
 
     async def put(items):
         await rt.writer.write(parse_items(items), ns)

@@ -8,7 +8,7 @@ import numpy as np
 from pgvector import Vector
 
 from db.memories import StoredTurn
-from retrieval.api.memory_in import parse_items
+from retrieval.ingest.memory_in import parse_items
 from retrieval.ingest.recipe import PREDECESSOR_CHARS, batch_predecessors, plan, turn_text
 from retrieval.search.vector import EXACT_VECTOR_SQL, VECTOR_SQL
 from tests.helpers import ingest_items as _ingest

@@ -1,5 +1,5 @@
 """A per-memory field has one path (docs/architecture.md, "A field of a memory"): the wire
-(api/memory_in.MemoryIn), the item (ingest/items.MemoryItem, and its JSON for a queued job), the row
+(ingest/memory_in.MemoryIn), the item (ingest/items.MemoryItem, and its JSON for a queued job), the row
 (ingest/rows._row -> db/memories.MemoryRow, written by the upsert or staged by an import,
 db/bulk.py), its column (a migration), and back out (the listing and the export, the client's
 MemoryOut). Every field of a MemoryItem makes the whole trip, written by the route and by an
@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 
-from retrieval.api.memory_in import MemoryIn, parse_line
 from retrieval.ingest.importer import import_file
 from retrieval.ingest.items import MemoryItem
+from retrieval.ingest.memory_in import MemoryIn, parse_line
 
 # Every field of a memory, none at its default.
 FULL = {

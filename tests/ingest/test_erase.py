@@ -12,9 +12,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from retrieval.api.memory_in import parse_items
 from retrieval.cache import _OF_MEMORIES
 from retrieval.ingest.items import MemoryItem
+from retrieval.ingest.memory_in import parse_items
 from retrieval.models import RetrievalOptions
 from tests.helpers import app_client
 

@@ -14,9 +14,9 @@ import httpx
 import numpy as np
 import pytest
 
-from retrieval.api.memory_in import parse_items
 from retrieval.errors import EmbeddingError, Overloaded
 from retrieval.ingest.jobs import WriteJobs
+from retrieval.ingest.memory_in import parse_items
 from retrieval.ingest.writer import Writer
 from retrieval.runtime import Runtime
 from tests.helpers import app_client

@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from retrieval.api.memory_in import parse_items, scan_file
 from retrieval.errors import InvalidInput
+from retrieval.ingest.memory_in import parse_items, scan_file
 from retrieval.ingest.vectors import check_precomputed
 from retrieval.models import Strategy
 from tests.helpers import ids_of as _ids

@@ -117,7 +117,7 @@ def test_the_command_says_a_database_failure_keeps_what_was_done_and_resumes(
 
 async def _ingest_fresh(settings, ns):
     """TURNS written through a runtime of its own (the test's loop is not the fixture's)."""
-    from retrieval.api.memory_in import parse_items
+    from retrieval.ingest.memory_in import parse_items
     from retrieval.runtime import open_runtime
 
     rt = await open_runtime(settings)

@@ -4,8 +4,8 @@ resumes where it stopped."""
 import logging
 
 from db import pass_terms as db_terms
-from retrieval.api.memory_in import parse_items
 from retrieval.cli import main
+from retrieval.ingest.memory_in import parse_items
 from retrieval.maintenance.retokenize import outdated, retokenize
 from retrieval.models import RetrievalOptions, Strategy
 from retrieval.text.nlp import TOKENIZER_VERSION

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from retrieval.analysis.strategy import HYBRID
-from retrieval.api.memory_in import parse_items
+from retrieval.ingest.memory_in import parse_items
 from retrieval.models import Candidate, Fused, Hop, RetrievalOptions, ScoredResult, Source
 from retrieval.rank.expansion import expand
 from retrieval.rank.rerank import admit, diversify

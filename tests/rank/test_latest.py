@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.api.memory_in import parse_items
+from retrieval.ingest.memory_in import parse_items
 from retrieval.models import RetrievalOptions, ScoredResult
 from retrieval.rank import latest
 from retrieval.rank.latest import _rare_words, latest_first

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retrieval.analysis.strategy import KEYWORD_BOOST
-from retrieval.api.memory_in import parse_items
+from retrieval.ingest.memory_in import parse_items
 from retrieval.ingest.recipe import mean_direction, plan
 from retrieval.models import Highlight, Relevance, Result, RetrievalOptions, Source
 from retrieval.rank.budget import fit

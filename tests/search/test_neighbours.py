@@ -4,7 +4,7 @@ assembler, not competitors in the ranking."""
 from datetime import UTC, datetime, timedelta
 
 from db.memories import ARCHIVE_MEMORY
-from retrieval.api.memory_in import parse_items
+from retrieval.ingest.memory_in import parse_items
 from retrieval.models import RetrievalOptions
 
 T0 = datetime(2026, 5, 8, 13, 56, tzinfo=UTC)

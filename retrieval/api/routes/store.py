@@ -13,7 +13,6 @@ from db import memories
 from db.memories import Page
 from retrieval.analysis.facts import one_at_a_time
 from retrieval.api.deps import CallerDep, RuntimeDep
-from retrieval.api.memory_in import MAX_ID_CHARS
 from retrieval.api.pages import make_cursor, read_cursor
 from retrieval.api.schemas import (
     LSN_PATTERN,
@@ -25,6 +24,7 @@ from retrieval.api.schemas import (
     MemoriesIn,
 )
 from retrieval.errors import NotFound
+from retrieval.ingest.memory_in import MAX_ID_CHARS
 from retrieval.validation import (
     MAX_NAMESPACE_CHARS,
     NAMESPACE_PATTERN,
