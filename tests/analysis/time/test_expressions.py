@@ -251,22 +251,24 @@ def test_one_day_is_still_a_window():
     assert parse_time("土曜日に何をした？", NOW).range is not None
 
 
-@pytest.mark.parametrize(
-    ("question", "now", "day"),
-    [
-        # Asked on a Saturday evening: a past-tense "on Saturday" is a week ago, not today.
-        ("Did I win at tennis on Saturday?", "2026-11-21T20:00:00+09:00", "2026-11-14"),
-        ("What happened on Wednesday?", "2026-11-18T20:00:00+09:00", "2026-11-11"),
-        ("水曜日に何があった？", "2026-11-18T20:00:00+09:00", "2026-11-11"),
-        ("土曜日のテニスは勝ったっけ？", "2026-11-21T20:00:00+09:00", "2026-11-14"),
-        # Asked on another day: the latest such day, as before.
-        ("Did I win at tennis on Saturday?", "2026-11-23T20:00:00+09:00", "2026-11-21"),
-        ("水曜日に何があった？", "2026-11-20T20:00:00+09:00", "2026-11-18"),
-        # Nothing past: the latest one, today included.
-        ("水曜日の予定は？", "2026-11-18T20:00:00+09:00", "2026-11-18"),
-        ("What is on Wednesday?", "2026-11-18T20:00:00+09:00", "2026-11-18"),
-    ],
-)
-def test_a_weekday_told_in_the_past_is_the_last_before_today(analyzer, question, now, day):
-    got = analyzer.analyze(question, datetime.fromisoformat(now)).time_range
+# (question, asked at) -> the day its weekday names.
+WEEKDAYS_TOLD = {
+    # Asked on a Saturday evening: a past-tense "on Saturday" is a week ago, not today.
+    ("Did I win at tennis on Saturday?", "2026-11-21T20:00"): "2026-11-14",
+    ("What happened on Wednesday?", "2026-11-18T20:00"): "2026-11-11",
+    ("水曜日に何があった？", "2026-11-18T20:00"): "2026-11-11",
+    ("土曜日のテニスは勝ったっけ？", "2026-11-21T20:00"): "2026-11-14",
+    # Asked on another day: the latest such day, as before.
+    ("Did I win at tennis on Saturday?", "2026-11-23T20:00"): "2026-11-21",
+    ("水曜日に何があった？", "2026-11-20T20:00"): "2026-11-18",
+    # Nothing past: the latest one, today included.
+    ("水曜日の予定は？", "2026-11-18T20:00"): "2026-11-18",
+    ("What is on Wednesday?", "2026-11-18T20:00"): "2026-11-18",
+}
+
+
+@pytest.mark.parametrize(("asked", "day"), WEEKDAYS_TOLD.items())
+def test_a_weekday_told_in_the_past_is_the_last_before_today(analyzer, asked, day):
+    question, at = asked
+    got = analyzer.analyze(question, datetime.fromisoformat(at + ":00+09:00")).time_range
     assert got is not None and got.start.date().isoformat() == day, (question, got)
