@@ -32,7 +32,7 @@ SIGNAL_CODE = (
     "analysis/speaker.py",
     "rank/confidence.py",
     "rank/verifier.py",
-    "text/chars.py",
+    "analysis/chars.py",
 )
 # What of the reader's card its logit depends on (the rest is provenance and figures).
 READER_KEYS = ("layers", "head", "match", "input")

@@ -36,8 +36,8 @@ from typing import TypeVar
 
 import numpy as np
 
+from retrieval.analysis.chars import clean
 from retrieval.cache import ByteLRU
-from retrieval.text.chars import clean
 from retrieval.text.passages import PASSAGE_MAX_CHARS, Span, pack
 
 K = TypeVar("K")

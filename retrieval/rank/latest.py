@@ -28,6 +28,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from retrieval.analysis.chars import word_runs
 from retrieval.analysis.facts import fact_key
 from retrieval.analysis.tense import relations_in
 from retrieval.cache import ByteLRU
@@ -35,7 +36,6 @@ from retrieval.embedding.base import normalise
 from retrieval.models import Source
 from retrieval.rank.lexical import LEX_MAX_CHARS
 from retrieval.rank.window import Scored, window_first
-from retrieval.text.chars import word_runs
 from retrieval.text.nlp import STOP_WORDS, english_norms
 
 # Two memories stating one thing are at least this close (multilingual-e5: a move to Osaka and

@@ -8,10 +8,10 @@ from collections.abc import Collection, Hashable, Mapping, Sequence
 
 import numpy as np
 
+from retrieval.analysis.chars import clean
 from retrieval.cache import ByteLRU
 from retrieval.models import Candidate, Preset, Source
 from retrieval.rank.highlight import focus_all, weighted_coverage
-from retrieval.text.chars import clean
 from retrieval.text.passages import SPLIT_ABOVE, Span
 
 # The n-gram signal reads at most this many characters of a memory: a 100k-character memory

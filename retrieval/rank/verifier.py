@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from retrieval.analysis.chars import clean
 from retrieval.analysis.speaker import speaker_label
 from retrieval.embedding.e5_weights import E5Weights, EmbeddingLayer, Tokenizer, shared_weights
-from retrieval.text.chars import clean
 
 MODEL_DIR = Path(__file__).resolve().parent.parent / "data" / "verifier"
 

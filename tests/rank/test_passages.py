@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from retrieval.analysis.chars import clean
 from retrieval.analysis.strategy import KEYWORD_BOOST
 from retrieval.ingest.memory_in import parse_items
 from retrieval.ingest.recipe import mean_direction, plan
@@ -24,7 +25,6 @@ from retrieval.rank.highlight import (
 )
 from retrieval.rank.lexical import highlights, lex_highlights
 from retrieval.rank.rerank import rerank
-from retrieval.text.chars import clean
 from retrieval.text.passages import (
     _END,
     OVERLAP_MAX_CHARS,
