@@ -376,7 +376,8 @@ class ScoredResult:
     sources: list[str]
     relevance: Relevance = Relevance.MEDIUM
     reason: str = ""
-    # Where it lies against the question's window (None: none named, or set aside).
+    # Where it lies against the question's window (None: none named; a window set aside still
+    # says where each lies).
     window: WindowPlace | None = None
     # [start, end) of the content: the part that answers (retrieval.rank.highlight).
     highlight: tuple[int, int] | None = None

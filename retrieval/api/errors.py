@@ -34,7 +34,7 @@ RETRY_AFTER_S = 1
 # A missing or unknown key's answer (401): its detail and headers (RFC 6750: the scheme asked
 # for).
 UNAUTHORIZED_DETAIL = "missing or unknown API key (Authorization: Bearer <key>)"
-UNAUTHORIZED = (UNAUTHORIZED_DETAIL, {"WWW-Authenticate": 'Bearer realm="retrieval"'})
+UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Bearer realm="retrieval"'}
 
 # SQLSTATE classes that mean "the database cannot do this now": connection exceptions (08),
 # insufficient resources (53: too many connections, out of memory or disk), operator
@@ -222,7 +222,7 @@ async def _on_error(request: Request, exc: Exception) -> JSONResponse:
             {"detail": str(exc)}, status_code=429, headers={"Retry-After": str(after)}
         )
     if status == 401:
-        return JSONResponse({"detail": str(exc)}, status_code=401, headers=UNAUTHORIZED[1])
+        return JSONResponse({"detail": str(exc)}, status_code=401, headers=UNAUTHORIZED_HEADERS)
     if status == 500:
         logger.exception("unhandled error", exc_info=exc)
         return JSONResponse({"detail": "internal error"}, status_code=500)

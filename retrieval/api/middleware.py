@@ -10,7 +10,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from retrieval.api.deps import bearer_token, find_key
-from retrieval.api.errors import UNAUTHORIZED, refused
+from retrieval.api.errors import UNAUTHORIZED_DETAIL, UNAUTHORIZED_HEADERS, refused
 
 
 async def _send_json(
@@ -42,8 +42,8 @@ class RequireKey:
             auth = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
             token = bearer_token(auth)
             if not (token and find_key(self.keys, token)[0]):
-                detail, headers = UNAUTHORIZED
-                await _send_json(send, 401, {"detail": detail}, headers)
+                body = {"detail": UNAUTHORIZED_DETAIL}
+                await _send_json(send, 401, body, UNAUTHORIZED_HEADERS)
                 return
         await self.app(scope, receive, send)
 

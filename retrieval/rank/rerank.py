@@ -433,8 +433,13 @@ def _label(
     final stage's (retrieval.rank.final)."""
     place = None
     if window is not None:
-        place = WindowPlace.NEAR if near > 0 else WindowPlace.OUTSIDE if near < 0 else None
-        place = place or WindowPlace.INSIDE
+        place = (
+            WindowPlace.NEAR
+            if near > 0
+            else WindowPlace.OUTSIDE
+            if near < 0
+            else WindowPlace.INSIDE
+        )
     reason = explain(r, window, rec, near, expanded.vias.get(r.candidate.id, ()))
     chain = expanded.chain_text.get(r.candidate.id)
     return replace(r, window=place, reason=reason, chain=chain)

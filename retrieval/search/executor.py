@@ -63,20 +63,28 @@ class Searched:
     expansion: dict[str, Any] = field(default_factory=lambda: {"expanded": False})
 
 
+def _first_wave(preset: Preset, reports: Mapping[str, SourceReport]) -> dict[str, SourceReport]:
+    """The reports of the legs of the preset's first wave."""
+    first_wave = {s.value for s in preset.sources}
+    return {k: r for k, r in reports.items() if k in first_wave}
+
+
+def _unavailable(why: str, reports: Mapping[str, SourceReport]) -> StoreUnavailable:
+    """The 503 of a search the store did not answer (counted), naming each leg's error."""
+    m.UNAVAILABLE.inc()
+    return StoreUnavailable(why + ": " + ", ".join(f"{k}: {r.error}" for k, r in reports.items()))
+
+
 def require_an_answer(preset: Preset, reports: Mapping[str, SourceReport]) -> None:
     """Raise StoreUnavailable when every first-wave leg that ran failed: an empty 200 would
     read as "no memory matches"."""
-    first_wave = {s.value for s in preset.sources}
     tried = {
         k: r
-        for k, r in reports.items()
-        if k in first_wave and r.status not in (SourceStatus.SKIPPED, SourceStatus.UNAVAILABLE)
+        for k, r in _first_wave(preset, reports).items()
+        if r.status not in (SourceStatus.SKIPPED, SourceStatus.UNAVAILABLE)
     }
     if tried and all(r.status in FAILED for r in tried.values()):
-        m.UNAVAILABLE.inc()
-        raise StoreUnavailable(
-            "no search source answered: " + ", ".join(f"{k}: {r.error}" for k, r in tried.items())
-        )
+        raise _unavailable("no search source answered", tried)
 
 
 def require_a_whole_answer(preset: Preset, reports: Mapping[str, SourceReport], found: int) -> None:
@@ -84,19 +92,9 @@ def require_a_whole_answer(preset: Preset, reports: Mapping[str, SourceReport], 
     that answered found nothing, and the one that did not might have. An empty 200 would read
     as "no memory matches" and hide an outage from the caller and the load balancer (a
     database stopped mid-request: a leg answers before the stop, the others time out)."""
-    if found:
-        return
-    failed = {
-        k: r
-        for k, r in reports.items()
-        if k in {s.value for s in preset.sources} and r.status in FAILED
-    }
-    if failed:
-        m.UNAVAILABLE.inc()
-        raise StoreUnavailable(
-            "nothing found, and these sources did not answer: "
-            + ", ".join(f"{k}: {r.error}" for k, r in failed.items())
-        )
+    failed = {k: r for k, r in _first_wave(preset, reports).items() if r.status in FAILED}
+    if not found and failed:
+        raise _unavailable("nothing found, and these sources did not answer", failed)
 
 
 @dataclass
