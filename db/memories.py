@@ -12,7 +12,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import asyncpg
@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 MEMORY_COLUMNS = """
 m.external_id, m.namespace, m.content, m.title, m.memory_type, m.source_type, m.metadata,
 m.created_at, m.ingested_at, m.expires_at, m.is_archived, m.searchable, m.thread,
-nullif(m.fact, '') AS fact,
+nullif(m.fact, '') AS fact, m.event_time, m.event_offset,
 CASE WHEN coalesce(m.fact, '') <> '' THEN (
   SELECT n.external_id FROM memories n
   WHERE n.namespace = m.namespace AND n.fact = m.fact AND n.created_at > m.created_at
@@ -71,7 +71,8 @@ RETURNING 1"""
 # Returns the stored text, tokens, vector and entities of the given external ids (to skip
 # re-embedding unchanged text; read outside the write transaction, it decides only what to embed).
 GET_EXISTING = """
-SELECT external_id, title, content, search_tokens, embedding, fact,
+SELECT external_id, title, content, search_tokens, embedding, fact, created_at,
+       event_time, event_offset, event_read,
        ARRAY(SELECT e.entity FROM memory_entities e WHERE e.memory_id = memories.id) AS entities,
        ARRAY(SELECT e.weight FROM memory_entities e WHERE e.memory_id = memories.id)
            AS entity_weights
@@ -118,6 +119,9 @@ COLUMNS = (
     "expires_at",
     "thread",
     "fact",
+    "event_time",
+    "event_offset",
+    "event_read",
 )
 _TYPES = (
     "text",
@@ -133,9 +137,12 @@ _TYPES = (
     "timestamptz",
     "text",
     "text",
+    "tstzrange",
+    "int",
+    "smallint",
 )
 
-# Rows given as arrays ($2..$14), one array per column.
+# Rows given as arrays ($2..$17), one array per column.
 ARRAY_SOURCE = (
     "unnest("
     + ", ".join(f"${i + 2}::{t}[]" for i, t in enumerate(_TYPES))
@@ -153,10 +160,10 @@ def upsert_sql(source: str, *, given_created_at: bool) -> str:
     return f"""
 INSERT INTO memories (external_id, namespace, content, title, memory_type, source_type, metadata,
                       embedding, search_tokens, token_count, created_at, expires_at, thread,
-                      fact, term_tf)
+                      fact, event_time, event_offset, event_read, term_tf)
 SELECT u.external_id, $1, u.content, u.title, u.memory_type, u.source_type, u.metadata,
        u.embedding, u.search_tokens, u.token_count, coalesce(u.created_at, now()), u.expires_at,
-       u.thread, u.fact,
+       u.thread, u.fact, u.event_time, u.event_offset, u.event_read,
        (SELECT coalesce(jsonb_object_agg(lexeme, array_length(positions, 1)), '{{}}'::jsonb)
         FROM unnest(to_tsvector('simple', u.search_tokens)))
 FROM {source}
@@ -167,7 +174,8 @@ ON CONFLICT (namespace, external_id) DO UPDATE SET
     embedding = EXCLUDED.embedding, search_tokens = EXCLUDED.search_tokens,
     token_count = EXCLUDED.token_count, term_tf = EXCLUDED.term_tf, created_at = {created},
     expires_at = EXCLUDED.expires_at, thread = EXCLUDED.thread, fact = EXCLUDED.fact,
-    is_archived = false,
+    event_time = EXCLUDED.event_time, event_offset = EXCLUDED.event_offset,
+    event_read = EXCLUDED.event_read, is_archived = false,
     ingested_at = now()
 RETURNING id, external_id, (xmax = 0) AS inserted"""
 
@@ -224,6 +232,9 @@ class MemoryRow:
     thread: str | None = None
     # The changing attribute it states and whose ("residence", "car:mother"); "" for none.
     fact: str = ""
+    # When what it tells happened (migration 0021): [start, end) or None, the offset it was
+    # read in (seconds) and who placed it (the reader's version; 0: the caller).
+    event: StoredEvent | None = None
     entities: Sequence[tuple[str, float]] = ()  # (normalised name, weight)
     links: Sequence[tuple[str, str]] = ()  # (to external id, label)
     # A long memory's passages (start, end, vector) in order; () none; None: leave the stored
@@ -246,7 +257,41 @@ class MemoryRow:
             self.expires_at,
             self.thread,
             self.fact,
+            *(self.event or NO_EVENT_READ).columns(),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """A memory's event as stored: its range ([start, end) instants, or None: its words place
+    none), the UTC offset it was read in (seconds) and who placed it (the reader's version;
+    0 the caller; None not read yet)."""
+
+    range: tuple[datetime, datetime] | asyncpg.Range | None
+    offset: int | None
+    read: int | None
+
+    def columns(self) -> tuple[Any, ...]:
+        r = self.range
+        if isinstance(r, tuple):
+            r = asyncpg.Range(r[0], r[1], lower_inc=True, upper_inc=False)
+        return (r, self.offset, self.read)
+
+
+# A row written without an event read (not read: the re-read pass reads it).
+NO_EVENT_READ = StoredEvent(None, None, None)
+
+
+def event_shown(rng: asyncpg.Range | None, offset: int | None) -> dict[str, str] | None:
+    """An event as the API shows it: {start, end} in ISO 8601, in the offset it was read in
+    (end exclusive), or None."""
+    if rng is None or rng.isempty or rng.lower is None or rng.upper is None:
+        return None
+    zone = timezone(timedelta(seconds=offset or 0))
+    return {
+        "start": rng.lower.astimezone(zone).isoformat(),
+        "end": rng.upper.astimezone(zone).isoformat(),
+    }
 
 
 async def get_memory(
@@ -265,6 +310,7 @@ def _shown(row: asyncpg.Record) -> dict[str, Any]:
     for k in ("links", "metadata"):
         if isinstance(out[k], str):
             out[k] = json.loads(out[k])
+    out["event_time"] = event_shown(out["event_time"], out.pop("event_offset"))
     return out
 
 
@@ -346,16 +392,7 @@ async def list_memories(
         limit,
         timeout=timeout_s,
     )
-    out = []
-    for r in rows:
-        d = dict(r)
-        d["id"] = d.pop("external_id")
-        d["links"] = json.loads(d["links"]) if isinstance(d["links"], str) else d["links"]
-        d["metadata"] = (
-            json.loads(d["metadata"]) if isinstance(d["metadata"], str) else d["metadata"]
-        )
-        out.append(d)
-    return out
+    return [_shown(r) for r in rows]
 
 
 def as_vector(v: Any) -> Vector:

@@ -307,6 +307,15 @@ class Filters:
 _JUST_AFTER = timedelta(microseconds=1)
 
 
+@dataclass(frozen=True, slots=True)
+class EventSpan:
+    """When what a memory tells happened: [start, end), aware, in the offset it was read in
+    (local midnights; retrieval.analysis.time.events)."""
+
+    start: datetime
+    end: datetime
+
+
 @dataclass
 class Candidate:
     """One row found by one source, with that source's raw score (higher is better)."""
@@ -333,6 +342,8 @@ class Candidate:
     # The changing attribute it states, read when it was written (retrieval.analysis.facts;
     # "" for none), or None for a memory written before attributes were read.
     fact: str | None = None
+    # When what it tells happened (None: its words place nothing, or not read yet).
+    event: EventSpan | None = None
 
 
 # Hop.kind of a reply to a seed that asks a question: the reply answers it.
@@ -392,12 +403,24 @@ class ScoredResult:
     chain: str | None = None
 
 
+class Clock(StrEnum):
+    """What options.time_range filters by: when a memory was written (created_at, the
+    default), when what it tells happened (its event; a memory whose words place nothing
+    happened when written), or either."""
+
+    WRITTEN = "written"
+    EVENT = "event"
+    EITHER = "either"
+
+
 @dataclass
 class RetrievalOptions:
     namespace: str = "default"
     force_strategy: Strategy | None = None
     limit: int = 10
     time_range: TimeRange | None = None
+    # What time_range filters by (the written clock: in SQL; the others: rank.window.held).
+    time_clock: Clock = Clock.WRITTEN
     memory_types: tuple[str, ...] = ()
     source_types: tuple[str, ...] = ()
     now: datetime | None = None
@@ -488,6 +511,8 @@ class Result:
     superseded_by: str | None = None
     # How likely it answers the question, in [0, 1] (retrieval.rank.confidence).
     confidence: float | None = None
+    # When what it tells happened, read from its words (None: they place nothing).
+    event_time: EventSpan | None = None
 
 
 def unit(score: float) -> float:
@@ -515,6 +540,7 @@ def result_of(r: ScoredResult, *, details: bool = True) -> Result:
         window=r.window,
         superseded_by=r.superseded_by,
         confidence=r.confidence,
+        event_time=c.event,
         highlight=None
         if r.highlight is None
         else Highlight(

@@ -26,6 +26,7 @@ from retrieval.embedding.scheduling.query import QueryEmbedding, QueryEmbeddings
 from retrieval.models import (
     DEGRADING,
     Answered,
+    Clock,
     Filters,
     Neighbour,
     Preset,
@@ -336,7 +337,9 @@ class Orchestrator:
         now: datetime,
     ) -> SearchRun:
         """What every leg reads: pool, filters, window, candidates wanted, deadline."""
-        hard = options.time_range
+        # A range by the written clock filters in SQL; by the others, once each candidate's
+        # event is read (rank.window.held).
+        hard = options.time_range if options.time_clock is Clock.WRITTEN else None
         # Reads go to a replica that has this namespace's last write, else to the primary.
         pool, replica = (
             self.router.read_pool(options.namespace, options.after_lsn)

@@ -138,16 +138,30 @@ _JA_ADVICE = re.compile(
 _EN_ED = re.compile(r"\b[a-z]{2,}ed\b", re.IGNORECASE)
 
 
+# English verbs whose past is not in -ed (went, saw, bought): the common ones, each only in its
+# past form (not "read", "put", "cut", "hit", "set", whose past is their present).
+_EN_IRREGULAR_PAST = re.compile(
+    r"\b(?:went|saw|got|made|took|came|ate|drank|ran|met|bought|brought|thought|found|gave|"
+    r"told|said|left|felt|kept|began|won|lost|wrote|sat|stood|spent|sent|built|paid|heard|held|"
+    r"flew|drove|rode|swam|sang|broke|chose|forgot|fell|grew|knew|threw|wore|caught|taught|"
+    r"fought|sold|slept|lent|became|woke|understood|spoke|stole|hid|bit|shook|led|fed|"
+    r"dealt|meant|dug|hung|lit|sought|struck|swore|tore|wept|overslept|gotten|seen|done|"
+    r"been|taken|given|eaten|written|driven|flown)\b",
+    re.IGNORECASE,
+)
+
+
 # A Japanese verb or copula in the past at the end of a clause (あった, 勝った, 行ったっけ, 何だった).
 _JA_TOLD_PAST = re.compile(r"(?:た|だ)(?:の|っけ|か|よね?|ね)?(?:[?？。!！、]|\s|$)")
 
 
 def told_in_the_past(text: str) -> bool:
-    """Whether a question tells of the past: an English past marker (did, was, ago, last …) or
-    a verb in -ed; a Japanese verb in the past (水曜日に何があった？). A bare weekday in it is
-    the last one before today (retrieval.analysis.time)."""
+    """Whether a text (a question, or a memory: retrieval.analysis.time.events) tells of the
+    past: an English past marker (did, was, ago, last …), a verb in -ed or a common irregular
+    past (went, saw, bought); a Japanese verb in the past (水曜日に何があった？). A bare weekday
+    in it is the last one before today (retrieval.analysis.time)."""
     if text.isascii():
-        return bool(_EN_PAST.search(text) or _EN_ED.search(text))
+        return bool(_EN_PAST.search(text) or _EN_ED.search(text) or _EN_IRREGULAR_PAST.search(text))
     return _JA_TOLD_PAST.search(text) is not None
 
 

@@ -12,6 +12,7 @@ import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from fastapi import FastAPI
 
@@ -23,6 +24,7 @@ from retrieval.api.mcp import mount as mcp_mount
 from retrieval.api.middleware import BodyLimit, JsonBody, RequireKey
 from retrieval.api.routes import ops, retrieve, store
 from retrieval.api.schemas import COMMON_RESPONSES, document_limits, retrieve_body_limit
+from retrieval.maintenance.read_events import in_the_background
 from retrieval.models import Source, Strategy
 from retrieval.runtime import Runtime, open_runtime
 from retrieval.settings import Settings
@@ -44,6 +46,20 @@ async def _retention(rt: Runtime, every_s: float = 3600.0) -> None:
         except Exception as exc:  # the next round tries again
             logger.warning("retention: %s", exc)
         await asyncio.sleep(every_s)
+
+
+async def _read_events(rt: Runtime, retry_s: float = 600.0) -> None:
+    """Once at start: the events of the memories written before they were read (migration
+    0021; retrieval.maintenance.read_events), read in the background; a failure is tried
+    again later."""
+    zone = ZoneInfo(rt.settings.timezone)
+    while True:
+        try:
+            await in_the_background(rt.pool, zone)
+            return
+        except Exception as exc:
+            logger.warning("reading the stored memories' events: %s (tried again later)", exc)
+        await asyncio.sleep(retry_s)
 
 
 def _started(rt: Runtime, keepers: list[str]) -> dict[str, Any]:
@@ -114,6 +130,7 @@ class _Serving:
             "run-log retention and expiry": asyncio.create_task(_retention(rt)),
             "write-job worker": asyncio.create_task(rt.jobs.run()),
             "purge worker": asyncio.create_task(rt.writer.purges.run()),  # type: ignore[union-attr]
+            "event re-read": asyncio.create_task(_read_events(rt)),
         }
         self.app.state.ready.set()
         logger.info("started", extra={"fields": _started(rt, list(self.keepers))})

@@ -65,6 +65,12 @@ class Message(StrictIn):
 class TimeRangeIn(StrictIn):
     start: Instant | None = None
     end: Instant | None = None
+    clock: Literal["written", "event", "either"] = Field(
+        default="written",
+        description="What the range filters by: written (default) when the memory was "
+        "written (created_at); event when what it tells happened (its event_time; a memory "
+        "whose words place nothing happened when it was written); either: one or the other.",
+    )
 
     @model_validator(mode="after")
     def _given(self) -> TimeRangeIn:  # start < end: check_request, for every caller
@@ -80,7 +86,11 @@ LSN_PATTERN = r"^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"
 class RetrieveOptionsIn(StrictIn):
     force_strategy: Strategy | None = None
     limit: Count = 10  # 1..RETRIEVAL_MAX_LIMIT: check_request (document_limits shows it)
-    time_range: TimeRangeIn | None = Field(default=None, description="Hard filter on created_at.")
+    time_range: TimeRangeIn | None = Field(
+        default=None,
+        description="Hard filter: by created_at, or by when what a memory tells happened "
+        "(`clock`); also the window the results are ranked in.",
+    )
     memory_types: list[Label] = Field(default_factory=list, max_length=20)
     source_types: list[Label] = Field(default_factory=list, max_length=20)
     include_metadata_details: Flag = True

@@ -47,6 +47,7 @@ from retrieval.cli.common import err
 from retrieval.errors import RetrievalError
 from retrieval.ingest.importer import PARALLEL_FROM
 from retrieval.maintenance.embed_passages import BATCH as PASSAGES_BATCH
+from retrieval.maintenance.read_events import BATCH as READ_EVENTS_BATCH
 from retrieval.maintenance.reembed_turns import BATCH as REEMBED_BATCH
 from retrieval.maintenance.retokenize import BATCH as RETOKENIZE_BATCH
 from retrieval.settings import Settings
@@ -159,6 +160,17 @@ COMMANDS: tuple[Command, ...] = (
         "After an upgrade that changed the index terms (the service warns at start), "
         "re-tokenize every stored memory, a namespace and a batch at a time; an interrupted run "
         "resumes where it stopped. The service keeps answering meanwhile.",
+    ),
+    Command(
+        "read-events",
+        "read when what each stored memory tells happened (stores from before migration 0021)",
+        "retrieval.cli.maintain:read_events",
+        (batch(READ_EVENTS_BATCH, "memories"),),
+        'Read the event (when what it tells happened: "on Saturday", 昨日, "next month") of '
+        "every stored memory whose event was not read when it was written, against its "
+        "created_at in RETRIEVAL_TIMEZONE; a batch at a time, an interrupted run resumes "
+        "where it stopped. No vector or term changes. The service does the same in the "
+        "background at start; this runs it to the end and says how long it took.",
     ),
     Command(
         "reembed-turns",

@@ -1,5 +1,5 @@
 """The commands that change a store: migrate, ingest a file, and the resumable maintenance passes
-(retokenize, reembed-turns, embed-passages)."""
+(retokenize, read-events, reembed-turns, embed-passages)."""
 
 from __future__ import annotations
 
@@ -110,6 +110,23 @@ async def retokenize(settings: Settings, args: argparse.Namespace) -> int:
     except DB_FAILURES as exc:
         return _stopped("retokenize", exc)
     print(f"{n} memories re-tokenized; the store's terms are current")
+    return 0
+
+
+async def read_events(settings: Settings, args: argparse.Namespace) -> int:
+    """`retrieval read-events`."""
+    import time
+    from zoneinfo import ZoneInfo
+
+    from retrieval.maintenance.read_events import read_events as run
+
+    t0 = time.monotonic()
+    try:
+        async with opened(settings) as rt:
+            n = await run(rt.pool, ZoneInfo(settings.timezone), batch=args.batch, log=_log)
+    except DB_FAILURES as exc:
+        return _stopped("read-events", exc)
+    print(f"{n} memories' events read in {time.monotonic() - t0:.1f} s; every memory is read")
     return 0
 
 

@@ -27,7 +27,7 @@ from db.errors import ImportInProgress
 from retrieval.cpus import available_cpus
 from retrieval.embedding.base import Embedder
 from retrieval.errors import InvalidInput
-from retrieval.ingest.index import Indexed, Indexer, in_threads, index_texts
+from retrieval.ingest.index import Clocks, Indexed, Indexer, in_threads, index_texts
 from retrieval.ingest.items import LineParser, MemoryItem, json_lines, scan_jsonl
 from retrieval.ingest.vectors import check_precomputed, open_vectors
 from retrieval.text.nlp import TOKENIZER_VERSION, JapaneseNLP
@@ -97,17 +97,17 @@ def _init_worker(model: str) -> None:
     _WORKER_NLP = JapaneseNLP(model)
 
 
-def _index_in_worker(texts: list[str], want: list[bool]) -> list[Indexed]:
+def _index_in_worker(texts: list[str], want: list[bool], clocks: Clocks) -> list[Indexed]:
     assert _WORKER_NLP is not None
-    return index_texts(_WORKER_NLP, texts, want)
+    return index_texts(_WORKER_NLP, texts, want, clocks)
 
 
 def in_processes(executor: ProcessPoolExecutor) -> Indexer:
     """Analyse a chunk in one of the worker processes."""
 
-    async def run(texts: list[str], want: list[bool]) -> list[Indexed]:
+    async def run(texts: list[str], want: list[bool], clocks: Clocks) -> list[Indexed]:
         return await asyncio.get_running_loop().run_in_executor(
-            executor, _index_in_worker, texts, want
+            executor, _index_in_worker, texts, want, clocks
         )
 
     return run

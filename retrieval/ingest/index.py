@@ -1,21 +1,37 @@
 """What a write learns of a memory's text besides its vector: its index terms (Sudachi normal
-forms, English stems, and a script-neutral key per person's name), the names it mentions and
-the changing attribute it states (retrieval.analysis.facts), off the event loop."""
+forms, English stems, and a script-neutral key per person's name), the names it mentions, the
+changing attribute it states (retrieval.analysis.facts) and when what it tells happened
+(retrieval.analysis.time.events, read against when it was written), off the event loop."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import NamedTuple
 
 from retrieval.analysis.facts import stored_fact
+from retrieval.analysis.time.events import EventTime, read_event
 from retrieval.text.name_keys import is_name_key, name_keys
 from retrieval.text.nlp import JapaneseNLP, Token, memory_entities, terms_from_tokens
 
-# Terms, entities and the attribute stated ("" for none) of one text: what reading a memory
-# yields.
-Indexed = tuple[list[str], list[tuple[str, float]], str]
-# Analyses a batch of texts (True where the item's entities are to be extracted).
-Indexer = Callable[[list[str], list[bool]], Awaitable[list[Indexed]]]
+
+class Indexed(NamedTuple):
+    """What reading a memory yields: its terms, entities, the attribute stated ("" for none)
+    and its event (None: its words place none, or it was not read: no clock given)."""
+
+    terms: list[str]
+    entities: list[tuple[str, float]]
+    fact: str
+    event: EventTime | None = None
+
+
+# The instant each text was written, to read its event against (None: not to be read: the
+# caller gave one).
+Clocks = Sequence[datetime | None]
+# Analyses a batch of texts (True where the item's entities are to be extracted; each one's
+# clock).
+Indexer = Callable[[list[str], list[bool], Clocks], Awaitable[list[Indexed]]]
 
 
 def index_terms(toks: list[Token]) -> list[str]:
@@ -29,25 +45,29 @@ def word_count(terms: list[str]) -> int:
     return sum(1 for t in terms if not is_name_key(t))
 
 
-def index_texts(nlp: JapaneseNLP, texts: list[str], want_entities: list[bool]) -> list[Indexed]:
-    """Index terms, (where wanted) entities and the attribute stated of each text: the
-    CPU-bound part of a write."""
+def index_texts(
+    nlp: JapaneseNLP, texts: list[str], want_entities: list[bool], clocks: Clocks | None = None
+) -> list[Indexed]:
+    """Index terms, (where wanted) entities, the attribute stated and (where a clock is given)
+    the event of each text: the CPU-bound part of a write."""
     out: list[Indexed] = []
-    for text, want in zip(texts, want_entities, strict=True):
+    when = clocks if clocks is not None else [None] * len(texts)
+    for text, want, clock in zip(texts, want_entities, when, strict=True):
         toks = nlp.tokens(text)
         found = memory_entities(text, toks) if want else []
-        out.append((index_terms(toks), found, stored_fact(text)))
+        event = read_event(text, clock) if clock is not None else None
+        out.append(Indexed(index_terms(toks), found, stored_fact(text), event))
     return out
 
 
 def in_threads(nlp: JapaneseNLP) -> Indexer:
     """Analyse on the default executor, one text at a time (the event loop stays free)."""
 
-    async def run(texts: list[str], want: list[bool]) -> list[Indexed]:
+    async def run(texts: list[str], want: list[bool], clocks: Clocks) -> list[Indexed]:
         loop = asyncio.get_running_loop()
         return [
-            (await loop.run_in_executor(None, index_texts, nlp, [t], [w]))[0]
-            for t, w in zip(texts, want, strict=True)
+            (await loop.run_in_executor(None, index_texts, nlp, [t], [w], [c]))[0]
+            for t, w, c in zip(texts, want, clocks, strict=True)
         ]
 
     return run

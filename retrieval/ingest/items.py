@@ -27,8 +27,27 @@ class Link:
 
 
 @dataclass(frozen=True)
+class Event:
+    """When what a memory tells happened, given by the caller: [start, end), aware instants;
+    NO_EVENT (both None): the caller says it places nothing."""
+
+    start: datetime | None
+    end: datetime | None
+
+    def to_json(self) -> dict[str, str] | None:
+        if self.start is None or self.end is None:
+            return None
+        return {"start": self.start.isoformat(), "end": self.end.isoformat()}
+
+
+NO_EVENT = Event(None, None)
+
+
+@dataclass(frozen=True)
 class MemoryItem:
-    """One memory to store, validated; `entities` None: extracted from its text."""
+    """One memory to store, validated; `entities` None: extracted from its text; `event_time`
+    None: read from its words when written (retrieval.analysis.time.events), else the caller's
+    (NO_EVENT: none)."""
 
     content: str
     id: str | None = None
@@ -41,6 +60,7 @@ class MemoryItem:
     links: tuple[Link, ...] = ()
     thread: str | None = None
     entities: tuple[str, ...] | None = None
+    event_time: Event | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The item as JSON (instants in ISO 8601), without the fields it leaves unset."""
@@ -51,6 +71,8 @@ class MemoryItem:
         out["links"] = [asdict(ln) for ln in self.links]
         if self.entities is not None:
             out["entities"] = list(self.entities)
+        if self.event_time is not None:
+            out["event_time"] = self.event_time.to_json()
         return out
 
     @classmethod
@@ -72,11 +94,18 @@ class MemoryItem:
             links=tuple(Link(ln["to"], ln.get("label", "same_topic")) for ln in d.get("links", [])),
             thread=d.get("thread"),
             entities=None if d.get("entities") is None else tuple(d["entities"]),
+            event_time=_event(d["event_time"]) if "event_time" in d else None,
         )
 
     def dated(self, at: datetime) -> MemoryItem:
         """The item with `at` as its time where it gave none."""
         return self if self.created_at is not None else replace(self, created_at=at)
+
+
+def _event(v: dict[str, str] | None) -> Event:
+    if v is None:
+        return NO_EVENT
+    return Event(datetime.fromisoformat(v["start"]), datetime.fromisoformat(v["end"]))
 
 
 def json_lines(path: Path) -> Iterator[tuple[int, str]]:

@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from retrieval.errors import InvalidInput
-from retrieval.ingest.items import Link, MemoryItem, scan_jsonl
+from retrieval.ingest.items import NO_EVENT, Event, Link, MemoryItem, scan_jsonl
 from retrieval.validation import (
     check_id,
     check_instant,
@@ -60,6 +60,24 @@ class LinkIn(BaseModel):
     label: Literal["reply_to", "same_topic", "caused_by", "continuation"] = "same_topic"
 
 
+class EventIn(BaseModel):
+    """When what a memory tells happened, as the caller states it: [start, end), each ISO 8601
+    with a UTC offset (end exclusive: a whole day is its midnight to the next)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    start: Instant
+    end: Instant
+
+    @field_validator("end")
+    @classmethod
+    def _after_start(cls, v: datetime, info: ValidationInfo) -> datetime:
+        start = info.data.get("start")
+        if start is not None and v <= start:
+            raise ValueError("must be after start (the range is [start, end))")
+        return v
+
+
 class MemoryIn(BaseModel):
     """One memory to store; `text` is accepted as another name for `content`."""
 
@@ -79,6 +97,8 @@ class MemoryIn(BaseModel):
     entities: list[Annotated[SafeStr, Field(min_length=1, max_length=200)]] | None = Field(
         default=None, max_length=50
     )
+    # When what it tells happened; left out, it is read from its words (null: it places none).
+    event_time: EventIn | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -147,7 +167,16 @@ class MemoryIn(BaseModel):
             links=tuple(Link(ln.to, str(ln.label)) for ln in self.links),
             thread=self.thread,
             entities=None if self.entities is None else tuple(self.entities),
+            event_time=self._event(),
         )
+
+    def _event(self) -> Event | None:
+        """The caller's event (NO_EVENT for an explicit null), or None: read from the words."""
+        if "event_time" not in self.model_fields_set:
+            return None
+        if self.event_time is None:
+            return NO_EVENT
+        return Event(self.event_time.start, self.event_time.end)
 
 
 def _errors_of(exc: ValidationError, **where: int) -> list[dict[str, object]]:

@@ -32,14 +32,14 @@ import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any, Literal, Protocol
 
 import asyncpg
 import numpy as np
 
 from db import memories
-from db.memories import StoredTurn
+from db.memories import StoredEvent, StoredTurn
 from db.session import session
 from retrieval.analysis.facts import stored_fact
 from retrieval.embedding.base import EMBED_MAX_CHARS, Embedder
@@ -294,20 +294,39 @@ def unchanged(item: MemoryItem, stored: Any) -> bool:
 @dataclass(frozen=True)
 class Kept:
     """What stands of an unchanged memory: its stored terms, names (and weights), attribute and
-    vector. A row written before attributes were read has none stored: it is read now."""
+    vector, and its stored event when its time is unchanged too (None: read it again). A row
+    written before attributes were read has none stored: it is read now."""
 
     terms: list[str]
     entities: list[tuple[str, float]]
     fact: str
     vector: Any
+    event: StoredEvent | None = None
 
     @classmethod
-    def of(cls, row: Any) -> Kept:
+    def of(cls, row: Any, item: MemoryItem) -> Kept:
         fact = row["fact"]
         if fact is None:
             fact = stored_fact(memory_text(row["title"], row["content"]))
         found = list(zip(row["entities"], row["entity_weights"], strict=True))
-        return cls(row["search_tokens"].split(), found, fact, row["embedding"])
+        same_time = item.created_at is None or item.created_at == row["created_at"]
+        event = (
+            StoredEvent(row["event_time"], row["event_offset"], row["event_read"])
+            if same_time and item.event_time is None and row["event_read"] is not None
+            else None
+        )
+        return cls(row["search_tokens"].split(), found, fact, row["embedding"], event)
+
+
+def clock_of(item: MemoryItem, stored: Any, now: datetime) -> datetime:
+    """The instant a memory's words are read against (its event: retrieval.analysis.time.events):
+    its created_at, in the offset it was given in; else the stored one (an update keeps it);
+    else `now` (aware, in the writer's zone), as the store will date it."""
+    if item.created_at is not None:
+        return item.created_at
+    if stored is not None and stored["created_at"] is not None:
+        return stored["created_at"].astimezone(now.tzinfo)
+    return now
 
 
 @dataclass(frozen=True)
@@ -328,6 +347,10 @@ class Plan:
     texts: list[str]  # the slots' texts, in their order (the cost estimate's)
     read: list[str]
     want_entities: list[bool]
+    # What `read`'s events are read against (None: the caller gave the event) and the instant
+    # of every item (the kept ones' event, when their time changed).
+    clocks: list[datetime | None]
+    written: list[datetime]
 
 
 async def plan(
@@ -339,9 +362,11 @@ async def plan(
     vectors: Vectors | None = None,
     max_batch: int | None = None,
     timeout_s: float | None = None,
+    zone: tzinfo = UTC,
 ) -> Plan:
     """The write's plan: `ids` fixed already (else assigned and checked), `vectors` given per
-    item (None rows are embedded), one read of the store bounded by `timeout_s`."""
+    item (None rows are embedded), one read of the store bounded by `timeout_s`; a memory
+    without a time is read in `zone`'s calendar."""
     ids = list(ids) if ids is not None else assign_ids(items, max_batch)
     picks = [i for i, it in enumerate(items) if may_follow(it)]
     targets, threaded = _asked(items, ids, picks)
@@ -368,18 +393,24 @@ async def plan(
         it = items[i]
         recipes[i] = replace(recipes[i], after=turn_text(turn, memory_text(it.title, it.content)))
     slots = embedding_slots(recipes)
+    now = datetime.now(zone)
+    written = [clock_of(it, stored.existing.get(x), now) for it, x in zip(items, ids, strict=True)]
     return Plan(
         namespace=namespace,
         items=items,
         ids=ids,
         need=need,
-        kept={i: Kept.of(stored.existing[x]) for i, x in enumerate(ids) if i not in changed},
+        kept={
+            i: Kept.of(stored.existing[x], items[i]) for i, x in enumerate(ids) if i not in changed
+        },
         recipes=recipes,
         given=given,
         slots=slots,
         texts=[t for _, _, t in slots],
         read=[memory_text(items[i].title, items[i].content) for i in need],
         want_entities=[items[i].entities is None for i in need],
+        clocks=[written[i] if items[i].event_time is None else None for i in need],
+        written=written,
     )
 
 

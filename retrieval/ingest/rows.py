@@ -5,16 +5,19 @@ its vector, terms, names and attribute."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 import asyncpg
 
 from db import memories
-from db.memories import MemoryRow
+from db.memories import MemoryRow, StoredEvent
+from retrieval.analysis.time.events import EVENT_READER_VERSION, EventTime, read_event
 from retrieval.errors import StoreUnavailable
 from retrieval.ingest.index import Indexed, word_count
 from retrieval.ingest.items import MemoryItem
-from retrieval.ingest.recipe import Embedded, PassageRow, Plan
+from retrieval.ingest.recipe import Embedded, PassageRow, Plan, memory_text
 from retrieval.text.nlp import normalize_entity
 
 
@@ -25,15 +28,40 @@ def make_rows(planned: Plan, analysed: list[Indexed], embedded: Embedded) -> lis
     rows = []
     for i, it in enumerate(planned.items):
         kept = planned.kept.get(i)
+        written = planned.written[i]
         if kept is None:
-            terms, found, fact = fresh[i]
+            terms, found, fact, read = fresh[i]
             vector: Any = embedded.vectors[i]
             passages = embedded.passages.get(i)
+            event = event_row(it, written, read)
         else:
             terms, found, fact, vector = kept.terms, kept.entities, kept.fact, kept.vector
             passages = None
-        rows.append(_row(planned.ids[i], it, vector, terms, found, fact, passages))
+            # the same words at another time (or a stored row not read yet): read again
+            event = kept.event or event_row(
+                it, written, read_event(memory_text(it.title, it.content), written)
+            )
+        row = _row(planned.ids[i], it, vector, terms, found, fact, passages)
+        rows.append(replace(row, event=event))
     return rows
+
+
+def event_row(it: MemoryItem, written: datetime, read: EventTime | None) -> StoredEvent:
+    """A memory's event as stored: the caller's (read 0: never read again), else what its words
+    say (`read`, by this reader's version), in the offset of `written`."""
+    given = it.event_time
+    if given is not None:
+        if given.start is None or given.end is None:
+            return StoredEvent(None, None, 0)
+        return StoredEvent((given.start, given.end), _offset(given.start), 0)
+    if read is None:
+        return StoredEvent(None, None, EVENT_READER_VERSION)
+    return StoredEvent((read.start, read.end), _offset(read.start), EVENT_READER_VERSION)
+
+
+def _offset(at: datetime) -> int:
+    off = at.utcoffset()
+    return int(off.total_seconds()) if off is not None else 0
 
 
 def _row(

@@ -24,7 +24,9 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from datetime import UTC, tzinfo
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
 
 import asyncpg
 
@@ -125,6 +127,8 @@ class Writer:
     purges: Purges | None = None
     # The threads a write's documents are embedded on (closed with the writer).
     documents: DocumentEmbedding = field(default_factory=DocumentEmbedding)
+    # The calendar a memory written without created_at is read in (its event's days).
+    zone: tzinfo = UTC
 
     @classmethod
     def of(
@@ -151,6 +155,7 @@ class Writer:
             timeout_s=settings.write_timeout_s,
             inline_embed_s=settings.inline_embed_s,
             shares=shares,
+            zone=ZoneInfo(settings.timezone),
         )
         if forget is not None:
             writer.forget = forget
@@ -217,7 +222,9 @@ class Writer:
     ) -> Plan:
         """The write's plan (recipe.plan, its read under the write deadline), timed as lookup."""
         check_namespace(namespace)
-        planned = await recipe.plan(self.pool, namespace, items, timeout_s=self.timeout_s, **given)
+        planned = await recipe.plan(
+            self.pool, namespace, items, timeout_s=self.timeout_s, zone=self.zone, **given
+        )
         clock.lap("lookup")
         return planned
 
@@ -269,7 +276,7 @@ class Writer:
             planned, self.embedder, self.documents, self.batch_size, meter=meter, tick=tick
         )
         got = await _both(
-            timed("analyse", analyse(planned.read, planned.want_entities)),
+            timed("analyse", analyse(planned.read, planned.want_entities, planned.clocks)),
             timed("embed", embedding),
         )
         if clock is not None:
@@ -287,7 +294,9 @@ class Writer:
     ) -> tuple[list[memories.MemoryRow], int]:
         """The rows of a chunk of an import (staged, then published by the importer), and how
         many were embedded; `analyse` runs the analysis (in the import's processes)."""
-        planned = await recipe.plan(self.pool, namespace, items, ids=ids, vectors=vectors)
+        planned = await recipe.plan(
+            self.pool, namespace, items, ids=ids, vectors=vectors, zone=self.zone
+        )
         analysed, embedded = await self._prepared(planned, analyse)
         return rows.make_rows(planned, analysed, embedded), len(planned.need)
 

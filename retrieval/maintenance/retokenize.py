@@ -54,7 +54,7 @@ async def retokenize(
     async for ns, rows in batches(pool, db_terms.PROGRESS_KEY, _next_batch, batch=batch):
         texts = [memory_text(r["title"], r["content"]) for r in rows]
         read = await asyncio.to_thread(index_texts, nlp, texts, [False] * len(texts))
-        new, facts = [terms for terms, _, _ in read], [fact for _, _, fact in read]
+        new, facts = [r.terms for r in read], [r.fact for r in read]
         counts = [word_count(t) for t in new]
         await db_terms.replace_terms(pool, ns, [r["id"] for r in rows], new, counts, facts)
         done += len(rows)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from retrieval.models import (
     ADDABLE_SOURCES,
     EXPANSION_SOURCES,
     Candidate,
+    Clock,
     Fused,
     Preset,
     QueryIntent,
@@ -41,9 +42,13 @@ from retrieval.rank.lexical import (
     lex_signal,
 )
 from retrieval.rank.window import (
+    ELSEWHERE_SHARE,
+    INSIDE,
     NEAR_WINDOW_FLOOR,
+    Place,
     Scored,
-    near_window,
+    held,
+    place,
     recency_factor,
     window_first,
     window_misread,
@@ -188,14 +193,21 @@ def explain(
         text += "; " + ", ".join(dict.fromkeys(vias))
     if window is not None:
         label = window.relative or window.text or "window"
+        clock = _by_clock(r.candidate, window)
         if near == 0:
-            text += f"; inside {label}"
+            text += f"; inside {label}{clock}"
         elif near > 0:
-            text += f"; near {label} (on its fuzzy edge, x{r.signals.get('near_window', 1.0):.2f})"
+            text += f"; near {label}{clock} (on its fuzzy edge, x{r.signals.get('near_window', 1.0):.2f})"
         elif "outside_window" in r.signals:
-            text += f"; outside {label} (x{r.signals['outside_window']:.2f}: below those inside)"
+            text += (
+                f"; outside {label}{clock} (x{r.signals['outside_window']:.2f}: below those inside)"
+            )
         else:
-            text += f"; outside {label}"
+            text += f"; outside {label}{clock}"
+        if "told_elsewhere" in r.signals:
+            text += f" (x{r.signals['told_elsewhere']:.2f}: its words place it elsewhere)"
+    if r.candidate.event is not None:
+        text += f"; {when(r.candidate)}"
     if "lex" in r.signals:
         text += f"; char n-gram overlap {r.signals['lex']:.2f}"
     if "unnamed" in r.signals:
@@ -209,6 +221,33 @@ def explain(
     for note in r.notes:
         text += f"; {note}"
     return text
+
+
+def when(c: Candidate) -> str:
+    """Both dates of a memory whose words place what it tells: "happened Sat 14 Feb 2026,
+    told Mon 16 Feb 2026" (a span: its first and last day)."""
+    ev = c.event
+    assert ev is not None
+    last = ev.end - timedelta(days=1)
+    told = c.created_at.astimezone(ev.start.tzinfo)
+    happened = (
+        _day(ev.start) if last.date() <= ev.start.date() else f"{_day(ev.start)} to {_day(last)}"
+    )
+    return f"happened {happened}, told {_day(told)}"
+
+
+def _day(d: datetime) -> str:
+    return d.strftime("%a %d %b %Y")
+
+
+def _by_clock(c: Candidate, window: TimeRange) -> str:
+    """Which clock placed it: " (by when it happened)" / " (by when it was written)"."""
+    clock = place(c, window).clock
+    if clock == "event":
+        return " (by when it happened)"
+    if clock == "written" and c.event is not None:
+        return " (by when it was written)"
+    return ""
 
 
 # A request that asks nothing beyond the defaults (ten results, no diversity, no seeds).
@@ -239,15 +278,18 @@ def rerank(
     fused, expanded = expand(
         fuse_first_wave(per_source, preset), per_source, preset, frozenset(named_seeds)
     )
+    hard, clock = options.time_range, options.time_clock
+    if hard is not None and clock is not Clock.WRITTEN:  # the range by another clock
+        fused = {k: f for k, f in fused.items() if held(f.candidate, hard, clock)}
     misread = preset.window is WindowMode.FIRST and window_misread(per_source, window)
     first = preset.window is WindowMode.FIRST and window is not None and not misread
 
-    def placed(c: Candidate) -> float:
-        """0 in the window, (0, 1] into a fuzzy window's soft edge, -1 outside."""
-        return near_window(c.created_at, window) if first else 0.0
+    def placed(c: Candidate) -> Place:
+        """Where it lies against the window (rank.window.place; inside when none is first)."""
+        return place(c, window) if first else INSIDE
 
     ordered = sorted(
-        fused.values(), key=lambda f: (placed(f.candidate) >= 0, f.score), reverse=True
+        fused.values(), key=lambda f: (placed(f.candidate).near >= 0, f.score), reverse=True
     )
     before = len(ordered)
     top = admit(ordered, per_source, preset, max(preset.rerank_top, limit), expanded.answering)
@@ -317,7 +359,7 @@ def _set_aside(
     note = f"{label} set aside: none of the memories with the question's words lies in it"
     out = []
     for r in results:
-        near = near_window(r.candidate.created_at, window)
+        near = place(r.candidate, window).near
         x = _label(r, window, near, meta[r.candidate.id][1], expanded)
         out.append(replace(x, reason=f"{x.reason}; {note}"))
     return out
@@ -328,12 +370,13 @@ def _score(
     per_source: Mapping[Source, Sequence[Candidate]],
     preset: Preset,
     now: datetime,
-    near: float,
+    where: Place,
     lex: Mapping[int, float],
 ) -> tuple[bool, ScoredResult, float, float]:
     """One admitted candidate's final score: fused, blended with the n-gram signal, damped on
-    a fuzzy window's soft edge, decayed by age. Returns (in window, result, recency, near)."""
-    cand, signals, score = f.candidate, dict(f.signals), f.score
+    a fuzzy window's soft edge (or when written inside but told of another time), decayed by
+    age. Returns (in window, result, recency, near)."""
+    cand, signals, score, near = f.candidate, dict(f.signals), f.score, where.near
     rec = recency_factor(
         cand.created_at,
         now,
@@ -349,6 +392,9 @@ def _score(
     if near > 0:  # on a fuzzy window's soft edge: the further out, the less it counts
         signals["near_window"] = 1.0 - (1.0 - NEAR_WINDOW_FLOOR) * near
         score *= signals["near_window"]
+    if where.elsewhere:  # written inside, but its words place what it tells elsewhere
+        signals["told_elsewhere"] = ELSEWHERE_SHARE
+        score *= ELSEWHERE_SHARE
     return near >= 0, ScoredResult(cand, score * rec, signals, sources), rec, near
 
 

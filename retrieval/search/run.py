@@ -14,20 +14,21 @@ import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import asyncpg
 import numpy as np
 
 from db.session import session
-from retrieval.models import Candidate, Filters, QueryIntent, Source, TimeRange
+from retrieval.models import Candidate, EventSpan, Filters, QueryIntent, Source, TimeRange
 from retrieval.search.contents import Contents, columns
 
 # A long content travels by reference (retrieval.search.contents): Contents.of() completes the rows.
 COLS = (
     f"m.id, m.external_id, {columns('m')}, "
-    "m.title, m.memory_type, m.source_type, m.metadata, m.created_at, m.embedding, m.fact"
+    "m.title, m.memory_type, m.source_type, m.metadata, m.created_at, m.embedding, m.fact, "
+    "m.event_time, m.event_offset"
 )
 
 # $1 namespace, $2 memory types (empty = any), $3 source types, $4/$5 window [start, end).
@@ -140,6 +141,14 @@ class Given:
     long_seeds: frozenset[str] = frozenset()
 
 
+def event_of(rng: Any, offset: int | None) -> EventSpan | None:
+    """A stored event (a tstzrange and the offset it was read in) as a candidate carries it."""
+    if rng is None or rng.isempty or rng.lower is None or rng.upper is None:
+        return None
+    zone = timezone(timedelta(seconds=offset or 0))
+    return EventSpan(rng.lower.astimezone(zone), rng.upper.astimezone(zone))
+
+
 def _drop_none(*xs: Any) -> list[Any]:
     vals = [x for x in xs if x is not None]
     return vals or [None]
@@ -175,6 +184,7 @@ async def candidates(
                 score=float(r[score_key]),
                 source=source,
                 fact=r["fact"],
+                event=event_of(r["event_time"], r["event_offset"]),
             ),
         )
         for r, text in zip(rows, texts, strict=True)

@@ -245,11 +245,48 @@ async def vector(run: SearchRun, given: Given) -> list[Candidate]:
     return await _knn(run, given.vectors, Source.VECTOR, None)
 
 
+# Returns the live memories whose event (what they tell happened: migration 0021) overlaps
+# [$8, $9) (a bound NULL: open), wherever they were written, nearest the query first (exact
+# distances: the GiST index on event_time finds them, and a window holds few).
+EVENT_WINDOW_SQL = f"""
+SELECT {COLS}, -(m.embedding <#> $6) AS score
+FROM memories m WHERE {WHERE}
+  AND m.event_time && tstzrange($8::timestamptz, $9::timestamptz)
+ORDER BY (m.embedding <#> $6) + 0 LIMIT $7"""
+
+
 async def temporal(run: SearchRun, given: Given) -> list[Candidate]:
-    """Nearest neighbours inside the query's time window; nothing without one."""
+    """Nearest neighbours inside the query's time window by either clock: written in it, or
+    telling of what happened in it (the memory's event); nothing without a window."""
     if run.window is None:
         raise Skip("the query names no time window")
-    return await _knn(run, given.vectors, Source.TEMPORAL, run.window)
+    written = await _knn(run, given.vectors, Source.TEMPORAL, run.window)
+    told = await _event_knn(run, given.vectors, run.window)
+    best = {c.id: c for c in written}
+    for c in told:
+        if c.id not in best or c.score > best[c.id].score:
+            best[c.id] = c
+    return sorted(best.values(), key=lambda c: c.score, reverse=True)[: run.k]
+
+
+async def _event_knn(
+    run: SearchRun, vectors: tuple[Any, ...], window: TimeRange
+) -> list[Candidate]:
+    """The memories whose event overlaps the window (its soft edges included), nearest the
+    query's vectors, each at its best; the hard filters (and the caller's now) apply to when
+    they were written."""
+    args = run.where_args(None)
+    start, end = window.outer_start, window.outer_end
+    best: dict[int, Candidate] = {}
+    async with leg_connection(run) as conn:
+        for vec in vectors:
+            rows = await conn.fetch(
+                EVENT_WINDOW_SQL, *args, vec, run.k, start, end, timeout=run.timeout_s
+            )
+            for c in await found(run, conn, rows, Source.TEMPORAL):
+                if c.id not in best or c.score > best[c.id].score:
+                    best[c.id] = c
+    return list(best.values())
 
 
 # The exploration slot searches memories older than this before `now`: recency decay and the

@@ -16,12 +16,16 @@ import sys
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo
 
 import asyncpg
 import httpx
 import pytest
 
 from db import migrate as migrations
+from retrieval.analysis.time.events import EVENT_READER_VERSION, read_event
+from retrieval.ingest.recipe import memory_text
+from retrieval.settings import Settings
 from tests.helpers import ROOT, running_server
 
 QUESTIONS = (
@@ -127,3 +131,41 @@ async def test_the_previous_releases_store_is_served_the_same_after_the_jobs_mig
         assert _listed(url, ns) == listed
     # The Job applied again (the same release re-applied): nothing left to do.
     assert "up to date" in _migrate(dsn)
+    await _events_read(dsn, ns, memories)
+
+
+async def _events_read(dsn: str, ns: str, memories: list[dict]) -> None:
+    """Migration 0021 forward: the memories the previous release wrote get their events by a
+    re-read (the service's own at start, or `retrieval read-events`), every memory kept, no
+    vector touched."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        vectors = dict(await conn.fetch(
+            "SELECT external_id, embedding::text FROM memories WHERE namespace = $1", ns
+        ))  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-m", "retrieval.cli", "read-events"],
+            cwd=ROOT, env={**os.environ, "DATABASE_URL": dsn}, capture_output=True, text=True,
+            timeout=300,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-2000:]
+        rows = await conn.fetch(
+            "SELECT external_id, title, content, created_at, event_time, event_read,"
+            " embedding::text AS v FROM memories WHERE namespace = $1",
+            ns,
+        )
+    finally:
+        await conn.close()
+    assert len(rows) == len(memories)
+    assert all(r["event_read"] == EVENT_READER_VERSION for r in rows)
+    assert {r["external_id"]: r["v"] for r in rows} == vectors
+    zone = ZoneInfo(Settings().timezone)
+    placed = 0
+    for r in rows:
+        want = read_event(memory_text(r["title"], r["content"]), r["created_at"].astimezone(zone))
+        got = r["event_time"]
+        assert (got is None) == (want is None), r["content"]
+        if want is not None:
+            placed += 1
+            assert (got.lower, got.upper) == (want.start, want.end), r["content"]
+    assert placed >= 5  # the sample tells of deadlines: 5月末 ...

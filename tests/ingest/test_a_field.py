@@ -27,9 +27,10 @@ FULL = {
     "links": [{"to": "other", "label": "caused_by"}],
     "thread": "trip-planning",
     "entities": ["京都", "Sato"],
+    "event_time": {"start": "2025-03-07T00:00:00+09:00", "end": "2025-03-08T00:00:00+09:00"},
 }
 # What a listing shows of each (entities are read from the index: below).
-SHOWN = ("content", "title", "memory_type", "source_type", "metadata", "thread")
+SHOWN = ("content", "title", "memory_type", "source_type", "metadata", "thread", "event_time")
 
 
 def test_every_field_of_an_item_is_the_wires_and_survives_a_jobs_json():

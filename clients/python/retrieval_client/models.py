@@ -102,6 +102,15 @@ class BudgetOut(_Out):
     omitted: list[str] = Field(description="Ids left out: not even their highlight fitted.")
 
 
+class EventTimeOut(_Out):
+    """When what a memory tells happened, read from its words against when it was written
+    ("on Saturday", 昨日, "next month"): [start, end) in the offset it was read in (local
+    midnights; end exclusive)."""
+
+    start: datetime
+    end: datetime
+
+
 class ResultOut(_Out):
     """One result."""
 
@@ -131,6 +140,12 @@ class ResultOut(_Out):
         "docs/confidence.md); null from a service without the confidence.",
     )
     reason: str
+    event_time: EventTimeOut | None = Field(
+        default=None,
+        description="When what it tells happened, read from its words against created_at "
+        '("on Saturday" written on a Monday is that Saturday); null when its words place '
+        "nothing.",
+    )
     context: list[ContextOut] = Field(
         default_factory=list,
         description="The memories around it in its thread or reply chain (options.context_window).",
@@ -309,6 +324,11 @@ class MemoryOut(_Out):
         default=None,
         description="the newest memory of the namespace that states the same attribute later: "
         "this one is out of date; null: none does",
+    )
+    event_time: EventTimeOut | None = Field(
+        default=None,
+        description="when what it tells happened: read from its words against created_at, or "
+        "as the write gave it; null: none placed (or written before the service read them)",
     )
 
 

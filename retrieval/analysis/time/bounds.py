@@ -158,3 +158,74 @@ def spanning(first: TimeRange, last: TimeRange, text: str) -> TimeRange | None:
     if first.start is None or last.end is None or last.end <= first.start:
         return None
     return TimeRange(first.start, last.end, None, text, Granularity.SPAN)
+
+
+# A time counted back from an expression: "the week before 9 June", "the weekend before 17
+# July", "two weeks before 11 August", "3 days before X"; 6月9日の前の週, 7月17日の前の週末,
+# 8月11日の2週間前, Xの3日前.
+_EN_COUNTED = re.compile(
+    r"\b(?:the\s+|a\s+)?(?:(week|weekend)|(\d+|one|two|three|four|five|six|seven)\s+"
+    r"(days?|weeks?))\s+before\s+(?:the\s+)?$",
+    re.IGNORECASE,
+)
+_JA_COUNTED = re.compile(r"の(?:前の(週末|週)|([0-9０-９一二三四五六七]+)(日|週間)前)")
+_COUNT_WORDS = {
+    w: i for i, w in enumerate(["zero", "one", "two", "three", "four", "five", "six", "seven"])
+}
+
+
+@dataclass(frozen=True)
+class Counted:
+    """A time counted back from an expression: `unit` week (the seven days before it), weekend
+    (the Saturday and Sunday before it), weeks or days (that many before it); the words' span."""
+
+    unit: str
+    n: int
+    span: tuple[int, int]
+
+
+def counted_back(text: str, start: int, end: int) -> Counted | None:
+    """The time the words next to text[start:end] count back from it, if any."""
+    from retrieval.analysis.time.atoms import kanji_to_int
+
+    m = _JA_COUNTED.match(text, end)
+    if m:
+        if m.group(1):
+            return Counted("weekend" if m.group(1) == "週末" else "week", 1, (end, m.end()))
+        unit = "days" if m.group(3) == "日" else "weeks"
+        return Counted(unit, kanji_to_int(m.group(2)), (end, m.end()))
+    m = _EN_COUNTED.search(text[max(0, start - 32) : start])
+    if m is None:
+        return None
+    lead = start - len(m.group(0))
+    if m.group(1):
+        return Counted(m.group(1).lower(), 1, (lead, start))
+    n = m.group(2).lower()
+    count = _COUNT_WORDS[n] if n in _COUNT_WORDS else int(n)
+    unit = "days" if m.group(3).lower().startswith("day") else "weeks"
+    return Counted(unit, count, (lead, start))
+
+
+# The nth week of a month: "the second week of November", 11月の第2週 (days 8-14; the last
+# week: its last seven days).
+_EN_NTH_WEEK = re.compile(
+    r"\b(?:the\s+)?(first|second|third|fourth|last|1st|2nd|3rd|4th)\s+week\s+of\s+$",
+    re.IGNORECASE,
+)
+_JA_NTH_WEEK = re.compile(r"の?第([1-4１-４一二三四])週")
+_NTH = {"first": 1, "second": 2, "third": 3, "fourth": 4, "1st": 1, "2nd": 2, "3rd": 3,
+        "4th": 4, "last": -1}  # fmt: skip
+
+
+def nth_week(text: str, start: int, end: int) -> tuple[int, tuple[int, int]] | None:
+    """Which week of the month next to text[start:end] the words name (-1: its last), and
+    their span."""
+    from retrieval.analysis.time.atoms import kanji_to_int
+
+    m = _JA_NTH_WEEK.match(text, end)
+    if m:
+        return kanji_to_int(m.group(1)), (end, m.end())
+    m = _EN_NTH_WEEK.search(text[max(0, start - 24) : start])
+    if m is None:
+        return None
+    return _NTH[m.group(1).lower()], (start - len(m.group(0)), start)

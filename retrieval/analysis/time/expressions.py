@@ -17,15 +17,32 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
 from retrieval.analysis.time.atoms import LIFE_STAGES, Atom, kanji_to_int, scan
-from retrieval.analysis.time.bounds import Bound, Marked, bounded, joined, marked, spanning
+from retrieval.analysis.time.bounds import (
+    Bound,
+    Marked,
+    bounded,
+    counted_back,
+    joined,
+    marked,
+    nth_week,
+    spanning,
+)
 from retrieval.analysis.time.windows import Ctx, Window, compose
 from retrieval.models import TIME_MAX, TIME_MIN, Granularity, TimeRange, time_in_bounds
 
-__all__ = ["LIFE_STAGES", "TimeParse", "kanji_to_int", "parse_time", "strip_spans"]
+__all__ = [
+    "LIFE_STAGES",
+    "Expression",
+    "TimeParse",
+    "expressions",
+    "kanji_to_int",
+    "parse_time",
+    "strip_spans",
+]
 
 G = Granularity
 
@@ -106,6 +123,8 @@ class _Found:
     range: TimeRange
     bound: Bound | None = None
     to: list[Atom] | None = None
+    # [start, end) of its words in the text, and of the words that bound or join it
+    at: tuple[int, int] = (0, 0)
 
 
 def _resolve(
@@ -163,8 +182,8 @@ def _bind(
             nxt, _, s2, e2 = exprs[i + 1]
             join = joined(text, (s, e), (s2, e2))
             if join is not None:
-                words = text[min(s, join[0]) : max(e2, join[1])]
-                f = _Found(core, False, words, TimeRange(None, None), to=nxt)
+                ws, we = min(s, join[0]), max(e2, join[1])
+                f = _Found(core, False, text[ws:we], TimeRange(None, None), to=nxt, at=(ws, we))
                 rng = _range_of(c, f)
                 if rng is not None:
                     spans.append(join)
@@ -180,14 +199,58 @@ def _bind(
         ):
             mark = Marked(None)  # "the Sunday before October 25": an anchor, not a bound
         ws, we = (min(s, mark.span[0]), max(e, mark.span[1])) if mark.span else (s, e)
-        f = _Found(core, fuzzy, text[ws:we], TimeRange(None, None), bound=mark.bound)
+        f = _Found(core, fuzzy, text[ws:we], TimeRange(None, None), bound=mark.bound, at=(ws, we))
         rng = _range_of(c, f)
+        if rng is not None and mark.bound is None:
+            got = _counted(c, text, s, e, rng)
+            if got is not None:
+                rng, words = got
+                ws, we = min(ws, words[0]), max(we, words[1])
+                f = replace(f, text=text[ws:we], at=(ws, we))
+                spans.append(words)
         if rng is not None:
             if mark.span:
                 spans.append(mark.span)
             found.append(replace(f, range=rng))
         i += 1
     return found
+
+
+def _counted(
+    c: Ctx, text: str, s: int, e: int, rng: TimeRange
+) -> tuple[TimeRange, tuple[int, int]] | None:
+    """The window words next to an expression count from it ("the week before 16 November",
+    7月17日の前の週末, "the second week of November", 11月の第2週) and their span, or None."""
+    if rng.start is None or rng.end is None:
+        return None
+    first, end = rng.start.astimezone(c.tz).date(), rng.end.astimezone(c.tz).date()
+    back = counted_back(text, s, e)
+    if back is not None:
+        if back.unit == "week":
+            lo, hi = first - timedelta(days=7), first
+        elif back.unit == "weekend":  # the Saturday and Sunday before it
+            sat = first - timedelta(days=((first.weekday() - 5) % 7) or 7)
+            if sat + timedelta(days=1) >= first:
+                sat -= timedelta(days=7)
+            lo, hi = sat, sat + timedelta(days=2)
+        elif back.unit == "weeks":  # "two weeks before X": the week around X - 14 days
+            mid = first - timedelta(weeks=back.n)
+            lo, hi = mid - timedelta(days=3), mid + timedelta(days=4)
+        else:
+            lo = first - timedelta(days=back.n)
+            hi = lo + timedelta(days=1)
+        gran = G.DAY if back.unit in ("days", "weekend") else G.WEEK
+        words = (min(s, back.span[0]), max(e, back.span[1]))
+        return TimeRange(c.at(lo), c.at(hi), None, text[words[0] : words[1]], gran), back.span
+    nth = nth_week(text, s, e) if rng.granularity is G.MONTH else None
+    if nth is not None:
+        n, span = nth
+        lo = end - timedelta(days=7) if n < 0 else first + timedelta(days=7 * (n - 1))
+        words = (min(s, span[0]), max(e, span[1]))
+        return TimeRange(
+            c.at(lo), c.at(lo + timedelta(days=7)), None, text[words[0] : words[1]], G.WEEK
+        ), span
+    return None
 
 
 # How far `now` moves to tell an expression that counts from it (先週, recently) from one that
@@ -227,6 +290,73 @@ def _anchored(
     return TimeRange(start, end, None, f"{first.text} … {last.text}", G.SPAN)
 
 
+@dataclass(frozen=True)
+class Expression:
+    """One time expression of a text as read: its window (open on a side when bounded), its
+    words and where they are, the bound its neighbours give it (9月以降, since May), whether it
+    joins two ends (6月から8月まで) and the kinds of its atoms."""
+
+    range: TimeRange
+    text: str
+    at: tuple[int, int]
+    bound: Bound | None
+    joined: bool
+    kinds: tuple[str, ...]
+    # The window of its own words, before a bound opens it or a join extends it
+    own: TimeRange | None = None
+
+
+def _read(
+    text: str, c: Ctx, atoms: list[Atom] | None = None
+) -> tuple[list[_Found], list[tuple[int, int]]]:
+    """The expressions of text (of `atoms`, when given: the scan's, perhaps filtered) resolved
+    against c, and the character spans of every time word found."""
+    spans: list[tuple[int, int]] = []
+    exprs: list[tuple[list[Atom], bool, int, int]] = []
+    for group in _groups(scan(text) if atoms is None else atoms, text):
+        core = [a for a in group if a.kind not in ("fuzzy", "fuzzy_pre")]
+        fuzzy = len(core) < len(group) or any(a.kind == "nowish" for a in core)
+        s, e = group[0].start, group[-1].end
+        if not core:
+            continue
+        w, rng = _resolve(c, core, text[s:e], fuzzy)
+        if w is None and core[0].kind in ("part", "day", "part_en"):
+            continue  # 初め, 末, 3日 alone: not a time expression
+        spans.append((s, e))
+        if rng is not None:
+            exprs.append((core, fuzzy, s, e))
+    return _bind(c, exprs, text, spans), spans
+
+
+def expressions(
+    text: str,
+    now: datetime,
+    tz: tzinfo,
+    *,
+    past: bool = False,
+    ahead: bool = False,
+    atoms: list[Atom] | None = None,
+) -> list[Expression]:
+    """Every time expression of text that resolves, in text order, against `now` in tz (see
+    Ctx for `past` and `ahead`); `atoms`: the scan's atoms to read (default: all of them)."""
+    if not time_in_bounds(now):
+        return []
+    c = Ctx(now, tz, 14, past, ahead=ahead)
+    found, _ = _read(text, c, atoms)
+    return [
+        Expression(
+            f.range,
+            f.text,
+            f.at,
+            f.bound,
+            f.to is not None,
+            tuple(a.kind for a in f.core),
+            _resolve(c, f.core, f.text, False)[1],
+        )
+        for f in found
+    ]
+
+
 def parse_time(
     text: str,
     now: datetime,
@@ -246,21 +376,8 @@ def parse_time(
     out = TimeParse()
     if not time_in_bounds(now):  # nothing relative can be resolved against such a now
         return out
-    c = Ctx(now, zone, recent_days, past)
-    exprs: list[tuple[list[Atom], bool, int, int]] = []
-    for group in _groups(scan(text), text):
-        core = [a for a in group if a.kind not in ("fuzzy", "fuzzy_pre")]
-        fuzzy = len(core) < len(group) or any(a.kind == "nowish" for a in core)
-        s, e = group[0].start, group[-1].end
-        if not core:
-            continue
-        w, rng = _resolve(c, core, text[s:e], fuzzy)
-        if w is None and core[0].kind in ("part", "day", "part_en"):
-            continue  # 初め, 末, 3日 alone: not a time expression
-        out.spans.append((s, e))
-        if rng is not None:
-            exprs.append((core, fuzzy, s, e))
-    out.range = _anchored(_bind(c, exprs, text, out.spans), now, zone, recent_days)
+    found, out.spans = _read(text, Ctx(now, zone, recent_days, past))
+    out.range = _anchored(found, now, zone, recent_days)
     low = text.lower()
     for stage in LIFE_STAGES:
         i = low.find(stage)

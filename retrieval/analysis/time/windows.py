@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
-from zoneinfo import ZoneInfo
+from datetime import date, datetime, time, timedelta, tzinfo
 
 from retrieval.analysis.time import calendar_ja as cal
 from retrieval.analysis.time.atoms import Atom
@@ -49,14 +48,26 @@ class Window:
 
 class Ctx:
     """What an expression is resolved against: now, in the calendar of tz; `past`: the words
-    around it tell of the past (a bare weekday is then the last one before today)."""
+    around it tell of the past (a bare weekday is then the last one before today); `ahead`:
+    they tell of what is to come (a memory's "on Friday" said in the present or future: a bare
+    weekday is the next one after today, a date or month without a year its next occurrence
+    not over)."""
 
-    def __init__(self, now: datetime, tz: ZoneInfo, recent_days: int, past: bool = False) -> None:
+    def __init__(
+        self,
+        now: datetime,
+        tz: tzinfo,
+        recent_days: int,
+        past: bool = False,
+        *,
+        ahead: bool = False,
+    ) -> None:
         self.tz = tz
         self.now = now.astimezone(tz)
         self.today = self.now.date()
         self.recent_days = recent_days
         self.past = past
+        self.ahead = ahead and not past
 
     def at(self, d: date) -> datetime:
         return datetime.combine(d, time(0), tzinfo=self.tz)
@@ -85,6 +96,13 @@ def _occurrence(
         return fn(mode)
     if mode == "this":
         return fn(y)
+    if mode == "past" and c.ahead:
+        # told of what is to come: the first occurrence not over (today's included)
+        for yy in range(y - 1, y + 3):
+            got = fn(yy)
+            if got is not None and got[1] > c.today:
+                return got
+        return None
     years = range(y + 1, y - 3, -1) if mode in ("past", "last") else range(y - 1, y + 3)
     for yy in years:
         got = fn(yy)
@@ -150,7 +168,7 @@ def _weekday(c: Ctx, wd: int, mode: str, week: int | None = None) -> date:
         # last Friday / この前の金曜日, and "Did I win on Saturday?" asked on a Saturday: the one
         # before today
         return c.today - timedelta(days=back or 7)
-    if mode == "next":
+    if mode == "next" or (mode == "past" and c.ahead):
         return c.today + timedelta(days=((wd - c.today.weekday()) % 7) or 7)
     return c.today - timedelta(days=back)  # 金曜日に, "on Friday": the latest, today included
 

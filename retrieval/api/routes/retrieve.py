@@ -16,7 +16,7 @@ from retrieval.api.schemas import (
     RetrieveRequest,
 )
 from retrieval.errors import NotFound
-from retrieval.models import RetrievalOptions, Source, TimeRange
+from retrieval.models import Clock, RetrievalOptions, Source, TimeRange
 from retrieval_client.models import RetrieveResponse, RunOut
 
 router = APIRouter(tags=["retrieval"])
@@ -37,6 +37,7 @@ async def retrieve(
         force_strategy=o.force_strategy,
         limit=o.limit,
         time_range=TimeRange(tr.start, tr.end, None, "request") if tr else None,
+        time_clock=Clock(tr.clock) if tr else Clock.WRITTEN,
         memory_types=tuple(o.memory_types),
         source_types=tuple(o.source_types),
         now=o.now,

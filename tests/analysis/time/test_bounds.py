@@ -80,10 +80,29 @@ def test_a_range_end_without_a_year_follows_its_start():
         # words that are not a bound of the expression beside them leave its window whole
         ("the photos from March", date(2026, 3, 1), date(2026, 4, 1)),
         ("photos from 2019", date(2019, 1, 1), date(2020, 1, 1)),
-        ("What did John do the week before August 3, 2023?", date(2023, 8, 3), date(2023, 8, 4)),
     ],
 )
 def test_words_that_are_not_bounds_change_nothing(text, start, end):
+    assert edges(text) == (start, end)
+
+
+@pytest.mark.parametrize(
+    ("text", "start", "end"),
+    [
+        # a time counted back from a date: the days before it, not the date
+        ("What did John do the week before August 3, 2023?", date(2023, 7, 27), date(2023, 8, 3)),
+        ("the weekend before 17 July 2023", date(2023, 7, 15), date(2023, 7, 17)),
+        ("two weeks before 11 August 2023", date(2023, 7, 25), date(2023, 8, 1)),
+        ("3 days before 16 November 2025", date(2025, 11, 13), date(2025, 11, 14)),
+        ("2023年8月3日の前の週に何をした？", date(2023, 7, 27), date(2023, 8, 3)),
+        ("2023年7月17日の前の週末", date(2023, 7, 15), date(2023, 7, 17)),
+        ("2023年8月11日の2週間前", date(2023, 7, 25), date(2023, 8, 1)),
+        # the nth week of a month: its nth seven days
+        ("in the second week of November 2025", date(2025, 11, 8), date(2025, 11, 15)),
+        ("2025年11月の第2週", date(2025, 11, 8), date(2025, 11, 15)),
+    ],
+)
+def test_a_time_counted_from_a_date_is_its_own_window(text, start, end):
     assert edges(text) == (start, end)
 
 

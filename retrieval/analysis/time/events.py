@@ -1,0 +1,214 @@
+"""When what a memory tells happened: its own time words read against when it was written.
+
+"On Saturday we adopted a kitten", written on Monday 16 February, happened on Saturday the 14th;
+「昨日、健康診断で再検査になった」 written at 07:30 on 22 April (+09:00) on the 21st; "Flying to Oslo
+on Friday" written on a Monday, on that week's Friday. The words are read by the question's time
+grammar (retrieval.analysis.time.expressions), against the memory's `created_at` in its own UTC
+offset, with the tense of the memory's words (retrieval.analysis.tense.told_in_the_past):
+
+- a weekday told in the past is the last such day before the memory was written; one told in
+  the present or future ("Flying … on Friday", 来週の月曜から) the next one after it;
+- a date, month or season without a year told in the past is its latest occurrence begun by
+  then; otherwise its next one not over (「5月9日に行く」 written in April is this May);
+- relative days, weeks, months and years (yesterday, おととい, 3日前, last week, 先月, five years
+  ago, 2019年に) count from the day written;
+- a span: "from X to Y", X から Y まで, "tomorrow …, back on Friday" (a second expression
+  told as a return or an end), 明日から三日間 (a start and a length). "X から" alone is X: the day
+  something began (来週の月曜から夏休み is that Monday).
+
+Not events (no time read from them):
+- habits: "every Saturday", "on Sundays", 毎週土曜日, 土曜日ごとに, 毎月15日;
+- mentions that do not place what is told: a year naming a thing ("a 2019 Honda" is no atom of
+  the grammar; 2019年式, 2019年型, 90年代), a season naming one (夏休み, 冬服, 秋祭り);
+- "recently", "around now", 最近: they place nothing that the day written does not;
+- words bounding an event on one side only ("before March", 3月より前): not when it happened.
+
+Only the first expression is read (with the one it joins): a memory that tells of two times
+tells mostly of the first. A memory longer than a passage (retrieval.text.passages) tells of
+many and is given none.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta, tzinfo
+
+from retrieval.analysis.tense import told_in_the_past
+from retrieval.analysis.time.atoms import Atom, kanji_to_int, scan
+from retrieval.analysis.time.bounds import Bound
+from retrieval.analysis.time.expressions import Expression, expressions
+from retrieval.models import Granularity
+
+__all__ = ["EVENT_READER_VERSION", "EventTime", "read_event"]
+
+# Stored with every event read from words (memories.event_read): a store read by an older
+# version is read again by `retrieval read-events`. 0 is an event given by the caller.
+EVENT_READER_VERSION = 1
+
+# The longest text whose time words are read (a longer one tells of many times).
+READ_MAX_CHARS = 2000
+
+# A habit: "every"/"each" before the expression, 毎 right before it, ごと/毎 right after.
+_EN_HABIT_BEFORE = re.compile(r"\b(?:every|each)\s+(?:other\s+)?$", re.IGNORECASE)
+_JA_HABIT_BEFORE = re.compile(r"毎(?:週|月|年|日)?(?:の)?$")
+_JA_HABIT_AFTER = re.compile(r"(?:日)?(?:ごと|毎|おき)")
+# A year that names a thing (2019年式, 2019年型, 2019年製, 2019年モデル, 90年代).
+_YEAR_NAMES_A_THING = re.compile(r"(?:式|型|製|モデル|代|物|産)")
+# A season that names a thing (夏休み, 冬服, 秋祭り, 春物, 夏期講習 are things, not times).
+_SEASON_NAMES_A_THING = re.compile(r"(?:休|服|祭|物|用|向け|バテ|期講習|季講習|限定)")
+# A second expression told as a return or an end: "…, back on Friday", "until Friday",
+# "returning Friday", 金曜に帰る / 金曜まで.
+_EN_RETURN = re.compile(
+    r"\b(?:back|return(?:ing)?|home|until|till|through|and then)\b[^.!?。]{0,12}$", re.IGNORECASE
+)
+_JA_RETURN_AFTER = re.compile(r"\s*(?:に|は)?\s*(?:帰|戻|まで)")
+# A start and its length: 明日から三日間, "from Monday for three days".
+_JA_LENGTH = re.compile(r"\s*(?:から)?\s*([0-9０-９一二三四五六七八九十]+)\s*日間")
+_EN_LENGTH = re.compile(
+    r"\s*,?\s*for\s+(\d+|two|three|four|five|six|seven|eight|nine|ten)\s+days\b", re.IGNORECASE
+)
+_EN_NUMBERS = {
+    w: i
+    for i, w in enumerate(
+        ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+    )
+}
+# Where the day N weeks back lies in the window the grammar gives "N weeks ago" ([d-3, d+4)).
+_WEEK_AGO_CENTRE = timedelta(days=3)
+# A day of the month alone: "on the 15th" (not "the 15th of …": the grammar reads the month;
+# "of every month" is a habit), 15日に (not 15日間, not 3月15日).
+_EN_DAY_OF_MONTH = re.compile(r"\b[Tt]he\s+(\d{1,2})(?:st|nd|rd|th)\b(?!\s+of\b)")
+_JA_DAY_OF_MONTH = re.compile(r"(?<![0-9０-９月年週])([0-9０-９]{1,2})日(?=に|は|の|、)")
+# Words that make a bare four-digit number a year: in its own words ("in 2019") or before it.
+_EN_YEAR_LEAD = re.compile(r"(?:in|In|IN)\s")
+_EN_YEAR_BEFORE = re.compile(
+    r"\b(?:since|during|until|till|from|by|through|year|back in|early|late|mid|summer|"
+    r"winter|spring|autumn|fall|[A-Z][a-z]+)\s+$"
+)
+# The widest span read from a return or a length: a trip, a holiday.
+_SPAN_MAX = timedelta(days=31)
+
+
+@dataclass(frozen=True)
+class EventTime:
+    """When what a memory tells happened: [start, end) in the memory's offset (local midnights),
+    and the words that said so."""
+
+    start: datetime
+    end: datetime
+    words: str
+
+
+def _kept(text: str, a: Atom) -> bool:
+    """Whether an atom places an event (not a habit, not a thing named by a year or season)."""
+    before, after = text[max(0, a.start - 16) : a.start], text[a.end : a.end + 6]
+    if a.kind in ("recent", "nowish"):
+        return False
+    if a.kind in ("weekday", "weekend", "md", "day", "month", "week") and (
+        _EN_HABIT_BEFORE.search(before)
+        or _JA_HABIT_BEFORE.search(before)
+        or _JA_HABIT_AFTER.match(after)
+    ):
+        return False
+    if a.kind == "year" and (
+        _YEAR_NAMES_A_THING.match(after) or not _placed_year(text[a.start : a.end], before)
+    ):
+        return False
+    return not (a.kind == "season" and _SEASON_NAMES_A_THING.match(after))
+
+
+def _day_of_month(text: str, created_at: datetime) -> EventTime | None:
+    """A day of the month alone ("on the 15th", 15日に): told in the past, the latest such day
+    by the day written (today included); otherwise the next one from it."""
+    m = _EN_DAY_OF_MONTH.search(text) or _JA_DAY_OF_MONTH.search(text)
+    if m is None:
+        return None
+    day = kanji_to_int(m.group(1))
+    today = created_at.date()
+    past = told_in_the_past(text)
+    month = date(today.year, today.month, 1)
+    for _ in range(13):  # the nearest month that has the day, backwards or forwards
+        try:
+            d = month.replace(day=day)
+        except ValueError:
+            d = None
+        if d is not None and (d <= today if past else d >= today):
+            start = datetime.combine(d, time(0), tzinfo=created_at.tzinfo)
+            return EventTime(start, start + timedelta(days=1), m.group(0).strip())
+        step = -1 if past else 1
+        month = date(
+            month.year + (month.month + step - 1) // 12, (month.month + step - 1) % 12 + 1, 1
+        )
+    return None
+
+
+def _placed_year(words: str, before: str) -> bool:
+    """Whether a year atom places an event: written with 年 (2019年に, 令和元年), as a year
+    counted back (five years ago, 去年), or a bare number after a word that makes it a time
+    (in 2019, since 2019, back in 2019); not "a limit of 2000 tokens"."""
+    if not words.isascii() or not any(ch.isdigit() for ch in words):
+        return True  # 2019年, 令和5年, 去年, "last year", "five years ago"
+    if re.search(r"\b(?:years?|ago)\b", words, re.IGNORECASE):
+        return True
+    return bool(_EN_YEAR_LEAD.match(words) or _EN_YEAR_BEFORE.search(before))
+
+
+def _length_days(text: str, end: int) -> int | None:
+    """The length told right after a start (明日から三日間, "from Monday for three days")."""
+    m = _JA_LENGTH.match(text, end) or _EN_LENGTH.match(text, end)
+    if m is None:
+        return None
+    n = m.group(1)
+    try:
+        days = _EN_NUMBERS[n.lower()] if n.lower() in _EN_NUMBERS else kanji_to_int(n)
+    except (KeyError, ValueError):
+        return None
+    return days if 0 < days <= _SPAN_MAX.days else None
+
+
+def _returns(text: str, first: Expression, second: Expression) -> bool:
+    """Whether the second expression ends what the first began ("tomorrow …, back on Friday")."""
+    return bool(
+        _EN_RETURN.search(text[first.at[1] : second.at[0]])
+        or _JA_RETURN_AFTER.match(text, second.at[1])
+    )
+
+
+def read_event(text: str, created_at: datetime) -> EventTime | None:
+    """When what `text` tells happened, read against `created_at` (aware: its offset is the
+    calendar read in), or None when its words place nothing (see the module's doc)."""
+    if created_at.tzinfo is None:
+        raise ValueError("created_at must carry its UTC offset")
+    if len(text) > READ_MAX_CHARS:
+        return None
+    atoms = [a for a in scan(text) if _kept(text, a)]
+    if not atoms:
+        return _day_of_month(text, created_at)
+    zone: tzinfo = created_at.tzinfo
+    found = expressions(
+        text, created_at, zone, past=told_in_the_past(text), ahead=True, atoms=atoms
+    )
+    found = [f for f in found if f.bound not in (Bound.AFTER, Bound.BEFORE)]
+    if not found:
+        return _day_of_month(text, created_at)
+    first = found[0]
+    # 来週の月曜から, "until Friday": the day it began or ended (the words' own window)
+    rng = first.own if first.bound is not None else first.range
+    if rng is None or rng.start is None or rng.end is None:
+        return None
+    start, end = rng.start, rng.end
+    if first.kinds == ("ago",) and rng.granularity is Granularity.WEEK and first.bound is None:
+        # "two weeks ago", 2週間前: told of one thing, the day that many weeks back (the
+        # question's window around it is a week wide: retrieval.analysis.time.windows)
+        start = start + _WEEK_AGO_CENTRE
+        end = start + timedelta(days=1)
+    length = _length_days(text, first.at[1])
+    if length is not None and not first.joined:
+        end = start + timedelta(days=length)
+    elif len(found) > 1 and not first.joined and _returns(text, first, found[1]):
+        last = found[1].range.end
+        if last is not None and start < last <= start + _SPAN_MAX:
+            end = last
+    words = text[first.at[0] : first.at[1]]
+    return EventTime(start, end, words)
