@@ -419,7 +419,7 @@ class RetrievalOptions:
     force_strategy: Strategy | None = None
     limit: int = 10
     time_range: TimeRange | None = None
-    # What time_range filters by (the written clock: in SQL; the others: rank.window.held).
+    # What time_range filters by (the written clock: in SQL; the others: rank.window.passes_range).
     time_clock: Clock = Clock.WRITTEN
     memory_types: tuple[str, ...] = ()
     source_types: tuple[str, ...] = ()

@@ -338,7 +338,7 @@ class Orchestrator:
     ) -> SearchRun:
         """What every leg reads: pool, filters, window, candidates wanted, deadline."""
         # A range by the written clock filters in SQL; by the others, once each candidate's
-        # event is read (rank.window.held).
+        # event is read (rank.window.passes_range).
         hard = options.time_range if options.time_clock is Clock.WRITTEN else None
         # Reads go to a replica that has this namespace's last write, else to the primary.
         pool, replica = (

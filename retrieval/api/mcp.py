@@ -17,7 +17,7 @@ says to retry, never an empty result.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 import httpx
@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 from retrieval.api.deps import bearer_token
 from retrieval.ingest.memory_in import Metadata
 from retrieval_client import ApiError, AsyncRetrievalClient, InvalidRequest, Unavailable
-from retrieval_client.models import IngestOut, JobOut, RetrieveResponse
+from retrieval_client.models import EventTimeOut, IngestOut, JobOut, RetrieveResponse
 
 # Characters of a memory's content a search result shows the model.
 MAX_CONTENT_CHARS = 1500
@@ -78,6 +78,13 @@ def _when(t: datetime) -> str:
     return t.isoformat(timespec="minutes")
 
 
+def _happened(ev: EventTimeOut) -> str:
+    """When what a memory tells happened: its day (Sat 2026-02-14), or its first and last."""
+    last = ev.end - timedelta(days=1)
+    first = ev.start.strftime("%a %Y-%m-%d")
+    return first if last.date() <= ev.start.date() else f"{first} to {last.strftime('%a %Y-%m-%d')}"
+
+
 def render_results(answer: RetrieveResponse) -> str:
     """A retrieval as text for a model: best first, each with its time and reason."""
     meta = answer.metadata
@@ -106,7 +113,8 @@ def render_results(answer: RetrieveResponse) -> str:
         label = getattr(r.relevance, "value", r.relevance)
         conf = "" if r.confidence is None else f", confidence {r.confidence:.2f}"
         place = f" | {getattr(r.window, 'value', r.window)} the window" if r.window else ""
-        head = f"{r.id} | {_when(r.created_at)} | score {r.score:.3f} | {label}{conf}{place}"
+        told = "" if r.event_time is None else f" | happened {_happened(r.event_time)}"
+        head = f"{r.id} | {_when(r.created_at)}{told} | score {r.score:.3f} | {label}{conf}{place}"
         lines.append(f"{i}. [{head}] {content}")
         lines.append(f"   why: {r.reason}")
         for c in r.context or []:

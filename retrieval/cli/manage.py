@@ -30,12 +30,14 @@ EXPORTED = (
     "metadata",
     "thread",
     "links",
+    "event_time",
 )
 
 
 def exported(row: dict[str, Any]) -> dict[str, Any]:
     """A memory as a line of an export: what an import needs to give it back the same (its
-    id, texts, times, kinds, metadata (a chat turn's role too), thread, links, expiry)."""
+    id, texts, times, kinds, metadata (a chat turn's role too), thread, links, expiry, and
+    its event, when its words place one: an import keeps it as given)."""
     out: dict[str, Any] = {}
     for k in EXPORTED:
         v = row.get(k)

@@ -47,7 +47,7 @@ from retrieval.rank.window import (
     NEAR_WINDOW_FLOOR,
     Place,
     Scored,
-    held,
+    passes_range,
     place,
     recency_factor,
     window_first,
@@ -280,7 +280,7 @@ def rerank(
     )
     hard, clock = options.time_range, options.time_clock
     if hard is not None and clock is not Clock.WRITTEN:  # the range by another clock
-        fused = {k: f for k, f in fused.items() if held(f.candidate, hard, clock)}
+        fused = {k: f for k, f in fused.items() if passes_range(f.candidate, hard, clock)}
     misread = preset.window is WindowMode.FIRST and window_misread(per_source, window)
     first = preset.window is WindowMode.FIRST and window is not None and not misread
 

@@ -111,7 +111,7 @@ def place(c: Candidate, window: TimeRange | None) -> Place:
     return Place(-1.0)
 
 
-def held(c: Candidate, window: TimeRange, clock: Clock) -> bool:
+def passes_range(c: Candidate, window: TimeRange, clock: Clock) -> bool:
     """Whether a candidate passes options.time_range by `clock` (the written clock is
     filtered in SQL): EVENT what it tells happened in it (its event, else when it was
     written), EITHER that or written in it."""

@@ -62,6 +62,8 @@ async def test_every_tool_over_http(server):
         assert "来週の金曜に京都へ出張する" in text and "why: found by" in text
         first = text.split("\n", 1)[0]
         assert any(f"| {w}, confidence " in first for w in ("high", "medium", "low")), first
+        # when the trip happens, read from its words against when it was written
+        assert "| happened Fri 2026-03-13 |" in first, first
         run_id = text.rsplit("run_id: ", 1)[1].split()[0]
         fb = await c.call_tool(
             "feedback", {"memory_id": "gym", "helpful": False, "namespace": ns, "run_id": run_id}

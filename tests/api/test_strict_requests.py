@@ -75,6 +75,62 @@ async def test_a_retrieval_that_breaks_a_rule_is_refused_by_name(client, body, f
             "itself",
         ),
         ({"memories": [{"content": "a"}], "namespace": "x" * 200}, "namespace", "characters"),
+        # an event given by the caller: validated as created_at is, and start before end
+        (
+            {
+                "memories": [
+                    {
+                        "content": "a",
+                        "event_time": {
+                            "start": "2026-02-14T00:00:00",
+                            "end": "2026-02-15T00:00:00Z",
+                        },
+                    }
+                ]
+            },
+            "memories.0.event_time.start",
+            "UTC offset",
+        ),
+        (
+            {
+                "memories": [
+                    {
+                        "content": "a",
+                        "event_time": {
+                            "start": "2026-02-15T00:00:00Z",
+                            "end": "2026-02-14T00:00:00Z",
+                        },
+                    }
+                ]
+            },
+            "memories.0.event_time.end",
+            "after start",
+        ),
+        (
+            {
+                "memories": [
+                    {
+                        "content": "a",
+                        "event_time": {
+                            "start": "1066-10-14T00:00:00Z",
+                            "end": "1066-10-15T00:00:00Z",
+                        },
+                    }
+                ]
+            },
+            "memories.0.event_time.start",
+            "between 1900",
+        ),
+        (
+            {"memories": [{"content": "a", "event_time": {"start": "2026-02-14T00:00:00Z"}}]},
+            "memories.0.event_time.end",
+            "required",
+        ),
+        (
+            {"memories": [{"content": "a", "event_time": "2026-02-14"}]},
+            "memories.0.event_time",
+            "",
+        ),
     ],
 )
 async def test_a_write_that_breaks_a_rule_is_refused_by_name(client, body, field, says):

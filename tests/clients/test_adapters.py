@@ -17,7 +17,7 @@ MEMORIES = [
 ]
 ASKED = {"京都への出張はいつ？": "trip", "What is my cat's name?": "cat"}
 SAID = {"score", "relevance", "confidence", "window", "answered", "reason", "highlight", "id",
-        "run_id"}  # fmt: skip
+        "run_id", "event_start", "event_end"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +35,11 @@ def _check(first_id: str, meta: dict, content: str, asked: str) -> None:
     # The answer's `answered` is carried, and agrees with the first result's label.
     assert meta["answered"] == (meta["relevance"] in ("high", "medium")), meta
     assert meta["window"] is None  # neither question names a time
+    # when what it tells happens: the trip's words place it (next week's Friday), the cat's not
+    if first_id == "trip":
+        assert meta["event_start"] is not None and meta["event_end"] > meta["event_start"]
+    else:
+        assert meta["event_start"] is None and meta["event_end"] is None
     assert meta["highlight"] and meta["highlight"] in content
     assert content[meta["highlight_start"] : meta["highlight_end"]] == meta["highlight"]
 

@@ -347,7 +347,8 @@ _TABLE: list[tuple[str, str, Builder]] = [
     (
         "weekend",
         r"週末|(?i:\b(?:(?P<mod>last|this|next) |the )?weekend\b)",
-        lambda m: _MODE_EN.get((m["mod"] or "").lower()),
+        # "the weekend" alone: the latest (or, told of what is to come, the next)
+        lambda m: _MODE_EN.get((m["mod"] or "").lower(), "bare"),
     ),
     ("month", r"先々月|(?i:\bthe month before last\b)", lambda m: ("rel", -2)),
     ("month", r"再来月", lambda m: ("rel", 2)),
@@ -360,7 +361,8 @@ _TABLE: list[tuple[str, str, Builder]] = [
         r"(?i)\b(?:(?P<mod>last|this|next|in)\s+)?"
         # 9 November 2022, the 9th of November: the day before the month, as British English
         # and LoCoMo's session dates write it.
-        + r"(?:(?:the\s+)?(?P<d0>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?)?"
+        # (LoCoMo's answers also run them together: 24June, 2022.)
+        + r"(?:(?:the\s+)?(?P<d0>\d{1,2})(?:st|nd|rd|th)?\s*(?:of\s+)?)?"
         + _EN_MONTH
         + r"\.?(?:\s+(?P<d>\d{1,2})(?:st|nd|rd|th)?)?(?:,?\s+(?:of\s+)?(?P<y>\d{4}))?\b",
         _en_month,

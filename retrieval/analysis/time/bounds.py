@@ -160,15 +160,18 @@ def spanning(first: TimeRange, last: TimeRange, text: str) -> TimeRange | None:
     return TimeRange(first.start, last.end, None, text, Granularity.SPAN)
 
 
-# A time counted back from an expression: "the week before 9 June", "the weekend before 17
-# July", "two weeks before 11 August", "3 days before X"; 6月9日の前の週, 7月17日の前の週末,
-# 8月11日の2週間前, Xの3日前.
+# A time counted from an expression: "the week before 9 June", "the weekend of 24 June", "the
+# weekend after 3 June", "two weekends before 17 July", "two weeks before 11 August", "3 days
+# after X"; 6月9日の前の週, 7月17日の前の週末, 8月11日の2週間前, Xの3日前, Xの翌週.
 _EN_COUNTED = re.compile(
-    r"\b(?:the\s+|a\s+)?(?:(week|weekend)|(\d+|one|two|three|four|five|six|seven)\s+"
-    r"(days?|weeks?))\s+before\s+(?:the\s+)?$",
+    r"\b(?:the\s+|a\s+)?(?:(?P<one>week|weekend)|(?P<n>\d+|one|two|three|four|five|six|seven)"
+    r"\s+(?P<unit>days?|weeks?|weekends?))\s+(?P<dir>before|after|of)\s+(?:the\s+)?$",
     re.IGNORECASE,
 )
-_JA_COUNTED = re.compile(r"の(?:前の(週末|週)|([0-9０-９一二三四五六七]+)(日|週間)前)")
+_JA_COUNTED = re.compile(
+    r"の(?:(?P<side>前|次|翌)の(?P<one>週末|週)|翌(?P<next>週末|週)|"
+    r"(?P<n>[0-9０-９一二三四五六七]+)(?P<unit>日|週間)(?P<dir>前|後))"
+)
 _COUNT_WORDS = {
     w: i for i, w in enumerate(["zero", "one", "two", "three", "four", "five", "six", "seven"])
 }
@@ -176,34 +179,41 @@ _COUNT_WORDS = {
 
 @dataclass(frozen=True)
 class Counted:
-    """A time counted back from an expression: `unit` week (the seven days before it), weekend
-    (the Saturday and Sunday before it), weeks or days (that many before it); the words' span."""
+    """A time counted from an expression: `unit` week (the seven days before or after it, or
+    the week it is in), weekend (the Saturday and Sunday before, after, or of it), weeks or days
+    (that many before or after it); `n` how many; `side` before, after or of; the words' span."""
 
     unit: str
     n: int
+    side: str
     span: tuple[int, int]
 
 
 def counted_back(text: str, start: int, end: int) -> Counted | None:
-    """The time the words next to text[start:end] count back from it, if any."""
+    """The time the words next to text[start:end] count from it, if any."""
     from retrieval.analysis.time.atoms import kanji_to_int
 
     m = _JA_COUNTED.match(text, end)
     if m:
-        if m.group(1):
-            return Counted("weekend" if m.group(1) == "週末" else "week", 1, (end, m.end()))
-        unit = "days" if m.group(3) == "日" else "weeks"
-        return Counted(unit, kanji_to_int(m.group(2)), (end, m.end()))
-    m = _EN_COUNTED.search(text[max(0, start - 32) : start])
+        if m["one"] or m["next"]:
+            one = m["one"] or m["next"]
+            side = "before" if m["side"] == "前" else "after"
+            return Counted("weekend" if one == "週末" else "week", 1, side, (end, m.end()))
+        unit = "days" if m["unit"] == "日" else "weeks"
+        side = "before" if m["dir"] == "前" else "after"
+        return Counted(unit, kanji_to_int(m["n"]), side, (end, m.end()))
+    m = _EN_COUNTED.search(text[max(0, start - 40) : start])
     if m is None:
         return None
-    lead = start - len(m.group(0))
-    if m.group(1):
-        return Counted(m.group(1).lower(), 1, (lead, start))
-    n = m.group(2).lower()
+    lead, side = start - len(m.group(0)), m["dir"].lower()
+    if m["one"]:
+        return Counted(m["one"].lower(), 1, side, (lead, start))
+    if side == "of":
+        return None
+    n = m["n"].lower()
     count = _COUNT_WORDS[n] if n in _COUNT_WORDS else int(n)
-    unit = "days" if m.group(3).lower().startswith("day") else "weeks"
-    return Counted(unit, count, (lead, start))
+    unit = m["unit"].lower().rstrip("s") + "s"
+    return Counted(unit, count, side, (lead, start))
 
 
 # The nth week of a month: "the second week of November", 11月の第2週 (days 8-14; the last

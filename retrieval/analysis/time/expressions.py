@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, tzinfo
+from datetime import date, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
 from retrieval.analysis.time.atoms import LIFE_STAGES, Atom, kanji_to_int, scan
 from retrieval.analysis.time.bounds import (
     Bound,
+    Counted,
     Marked,
     bounded,
     counted_back,
@@ -208,12 +209,41 @@ def _bind(
                 ws, we = min(ws, words[0]), max(we, words[1])
                 f = replace(f, text=text[ws:we], at=(ws, we))
                 spans.append(words)
+                # "the weekend before 17 July": its words are this window's, not one of their own
+                found = [x for x in found if not (ws <= x.at[0] and x.at[1] <= we)]
         if rng is not None:
             if mark.span:
                 spans.append(mark.span)
             found.append(replace(f, range=rng))
         i += 1
     return found
+
+
+def _counted_days(x: date, back: Counted) -> tuple[date, date]:
+    """The days [lo, hi) a time counted from day x names (bounds.Counted)."""
+    day = timedelta(days=1)
+    after = back.side == "after"
+    if back.unit in ("weekend", "weekends"):
+        if back.side == "of" and x.weekday() >= 5:  # the weekend it is in
+            sat = x - timedelta(days=x.weekday() - 5)
+        elif after or back.side == "of":  # the first Saturday after it
+            sat = x + timedelta(days=((5 - x.weekday()) % 7) or 7)
+        else:  # the last Sunday before it ends the weekend
+            sun = x - timedelta(days=((x.weekday() - 6) % 7) or 7)
+            sat = sun - day
+        sat += timedelta(weeks=(back.n - 1) * (1 if after else -1))
+        return sat, sat + 2 * day
+    if back.unit == "week":
+        if back.side == "of":  # the week (Monday first) it is in
+            monday = x - timedelta(days=x.weekday())
+            return monday, monday + 7 * day
+        return (x + day, x + 8 * day) if after else (x - 7 * day, x)
+    sign = 1 if after else -1
+    if back.unit == "weeks":  # "two weeks before X": the week around X - 14 days
+        mid = x + sign * timedelta(weeks=back.n)
+        return mid - 3 * day, mid + 4 * day
+    d = x + sign * timedelta(days=back.n)
+    return d, d + day
 
 
 def _counted(
@@ -224,24 +254,6 @@ def _counted(
     if rng.start is None or rng.end is None:
         return None
     first, end = rng.start.astimezone(c.tz).date(), rng.end.astimezone(c.tz).date()
-    back = counted_back(text, s, e)
-    if back is not None:
-        if back.unit == "week":
-            lo, hi = first - timedelta(days=7), first
-        elif back.unit == "weekend":  # the Saturday and Sunday before it
-            sat = first - timedelta(days=((first.weekday() - 5) % 7) or 7)
-            if sat + timedelta(days=1) >= first:
-                sat -= timedelta(days=7)
-            lo, hi = sat, sat + timedelta(days=2)
-        elif back.unit == "weeks":  # "two weeks before X": the week around X - 14 days
-            mid = first - timedelta(weeks=back.n)
-            lo, hi = mid - timedelta(days=3), mid + timedelta(days=4)
-        else:
-            lo = first - timedelta(days=back.n)
-            hi = lo + timedelta(days=1)
-        gran = G.DAY if back.unit in ("days", "weekend") else G.WEEK
-        words = (min(s, back.span[0]), max(e, back.span[1]))
-        return TimeRange(c.at(lo), c.at(hi), None, text[words[0] : words[1]], gran), back.span
     nth = nth_week(text, s, e) if rng.granularity is G.MONTH else None
     if nth is not None:
         n, span = nth
@@ -250,6 +262,12 @@ def _counted(
         return TimeRange(
             c.at(lo), c.at(lo + timedelta(days=7)), None, text[words[0] : words[1]], G.WEEK
         ), span
+    back = counted_back(text, s, e)
+    if back is not None:
+        lo, hi = _counted_days(first, back)
+        gran = G.DAY if back.unit in ("days", "weekend", "weekends") else G.WEEK
+        words = (min(s, back.span[0]), max(e, back.span[1]))
+        return TimeRange(c.at(lo), c.at(hi), None, text[words[0] : words[1]], gran), back.span
     return None
 
 

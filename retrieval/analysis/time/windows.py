@@ -287,8 +287,9 @@ def _from_week(c: Ctx, atoms: list[Atom]) -> Window | None:
 
 def _from_weekend(c: Ctx, atoms: list[Atom]) -> Window | None:
     head = atoms[0]
-    sat = _weekday(c, 5, head.value or "past")
-    if head.value is None and c.today.weekday() == 6:
+    bare = head.value in (None, "bare")
+    sat = _weekday(c, 5, "past" if bare else head.value)
+    if bare and c.today.weekday() == 6 and not c.ahead:
         sat = c.today - timedelta(days=1)
     return Window(sat, sat + timedelta(days=2), G.DAY, "weekend")
 

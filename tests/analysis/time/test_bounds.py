@@ -97,6 +97,11 @@ def test_words_that_are_not_bounds_change_nothing(text, start, end):
         ("2023年8月3日の前の週に何をした？", date(2023, 7, 27), date(2023, 8, 3)),
         ("2023年7月17日の前の週末", date(2023, 7, 15), date(2023, 7, 17)),
         ("2023年8月11日の2週間前", date(2023, 7, 25), date(2023, 8, 1)),
+        ("the weekend of 24 June 2022", date(2022, 6, 25), date(2022, 6, 27)),
+        ("the weekend after 3 June 2022", date(2022, 6, 4), date(2022, 6, 6)),
+        ("two weekends before 17 July 2023", date(2023, 7, 8), date(2023, 7, 10)),
+        ("the week of 7 June 2023", date(2023, 6, 5), date(2023, 6, 12)),
+        ("The weekend after 3June, 2022.", date(2022, 6, 4), date(2022, 6, 6)),
         # the nth week of a month: its nth seven days
         ("in the second week of November 2025", date(2025, 11, 8), date(2025, 11, 15)),
         ("2025年11月の第2週", date(2025, 11, 8), date(2025, 11, 15)),

@@ -29,8 +29,9 @@ def memory_metadata(result: ResultOut, response: RetrieveResponse) -> dict[str, 
     named, or None), `answered` (whether anything answers the question: the answer's, the same
     on every document of one answer; None from a service without the confidence), `reason` (why
     it was chosen), `highlight` (the part that answers, with `highlight_start`/`highlight_end`
-    in the content), when and what it is, the memory's own metadata, and the request's `run_id`
-    (for feedback)."""
+    in the content), when and what it is (`event_start`/`event_end`: when what it tells
+    happened, read from its words, or None), the memory's own metadata, and the request's
+    `run_id` (for feedback)."""
     h = result.highlight
     meta = response.metadata
     answered = meta.answered if meta is not None else None
@@ -47,6 +48,8 @@ def memory_metadata(result: ResultOut, response: RetrieveResponse) -> dict[str, 
         "highlight_end": h.end if h is not None else None,
         "title": result.title,
         "created_at": result.created_at.isoformat(),
+        "event_start": ev.start.isoformat() if (ev := result.event_time) is not None else None,
+        "event_end": ev.end.isoformat() if ev is not None else None,
         "memory_type": result.memory_type,
         "source_type": result.source_type,
         "sources": list(result.sources),
