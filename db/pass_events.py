@@ -13,7 +13,7 @@ import asyncpg
 # Returns the next $2 memories after id $1 whose event is to be read (not read, or read by a
 # version before $3; never the caller's, 0), with their text and time.
 NEXT_UNREAD = """
-SELECT id, title, content, created_at FROM memories
+SELECT id, title, content, created_at, memory_type, source_type FROM memories
 WHERE id > $1 AND (event_read IS NULL OR (event_read > 0 AND event_read < $3))
 ORDER BY id LIMIT $2"""
 

@@ -114,7 +114,7 @@ _YEAR = re.compile(r"\b(1[89]\d\d|2[01]\d\d)\b")
 
 
 def locomo(root: Path) -> dict:
-    from retrieval.analysis.time.events import read_event
+    from retrieval.analysis.time.events import read_event, told_by_its_kind
     from retrieval.analysis.time.expressions import parse_time
 
     folder = root / "locomo_dev"
@@ -140,7 +140,8 @@ def locomo(root: Path) -> dict:
             at = datetime.fromisoformat(t["created_at"])
             day = datetime.combine(at.date(), datetime.min.time(), tzinfo=at.tzinfo)
             created = (day, day + timedelta(days=1))
-            ev = read_event(t["content"], at)
+            personal = told_by_its_kind(t.get("memory_type"), t.get("source_type"))
+            ev = read_event(t["content"], at, personal=personal)
             placed = (ev.start, ev.end) if ev is not None else created
             ok_event |= _agrees(placed, rng.start, rng.end, span)
             ok_created |= _agrees(created, rng.start, rng.end, span)

@@ -33,10 +33,12 @@ def cache_key(corpus: Path, model: str, schema: int, vectors: Path | None) -> st
     with open(corpus, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
+    from retrieval.analysis.time.events import EVENT_READER_VERSION
     from retrieval.text.nlp import TOKENIZER_VERSION
 
     h.update(
-        f"|{model}|{schema}|{TOKENIZER_VERSION}|{'vectors' if vectors else 'embedded'}".encode()
+        f"|{model}|{schema}|{TOKENIZER_VERSION}|events {EVENT_READER_VERSION}"
+        f"|{'vectors' if vectors else 'embedded'}".encode()
     )
     return h.hexdigest()[:32]
 

@@ -26,9 +26,10 @@ class Indexed(NamedTuple):
     event: EventTime | None = None
 
 
-# The instant each text was written, to read its event against (None: not to be read: the
-# caller gave one).
-Clocks = Sequence[datetime | None]
+# The instant each text was written, to read its event against, and whether its kind tells of
+# its writer's life (retrieval.analysis.time.events.told_by_its_kind); None: not to be read
+# (the caller gave the event).
+Clocks = Sequence[tuple[datetime, bool] | None]
 # Analyses a batch of texts (True where the item's entities are to be extracted; each one's
 # clock).
 Indexer = Callable[[list[str], list[bool], Clocks], Awaitable[list[Indexed]]]
@@ -55,7 +56,7 @@ def index_texts(
     for text, want, clock in zip(texts, want_entities, when, strict=True):
         toks = nlp.tokens(text)
         found = memory_entities(text, toks) if want else []
-        event = read_event(text, clock) if clock is not None else None
+        event = read_event(text, clock[0], personal=clock[1]) if clock is not None else None
         out.append(Indexed(index_terms(toks), found, stored_fact(text), event))
     return out
 

@@ -42,6 +42,7 @@ from db import memories
 from db.memories import StoredEvent, StoredTurn
 from db.session import session
 from retrieval.analysis.facts import stored_fact
+from retrieval.analysis.time.events import told_by_its_kind
 from retrieval.embedding.base import EMBED_MAX_CHARS, Embedder
 from retrieval.embedding.scheduling.documents import DocumentEmbedding, Tick
 from retrieval.embedding.scheduling.meter import EmbedMeter
@@ -349,7 +350,7 @@ class Plan:
     want_entities: list[bool]
     # What `read`'s events are read against (None: the caller gave the event) and the instant
     # of every item (the kept ones' event, when their time changed).
-    clocks: list[datetime | None]
+    clocks: list[tuple[datetime, bool] | None]
     written: list[datetime]
 
 
@@ -409,7 +410,12 @@ async def plan(
         texts=[t for _, _, t in slots],
         read=[memory_text(items[i].title, items[i].content) for i in need],
         want_entities=[items[i].entities is None for i in need],
-        clocks=[written[i] if items[i].event_time is None else None for i in need],
+        clocks=[
+            (written[i], told_by_its_kind(items[i].memory_type, items[i].source_type))
+            if items[i].event_time is None
+            else None
+            for i in need
+        ],
         written=written,
     )
 

@@ -13,7 +13,12 @@ import asyncpg
 
 from db import memories
 from db.memories import MemoryRow, StoredEvent
-from retrieval.analysis.time.events import EVENT_READER_VERSION, EventTime, read_event
+from retrieval.analysis.time.events import (
+    EVENT_READER_VERSION,
+    EventTime,
+    read_event,
+    told_by_its_kind,
+)
 from retrieval.errors import StoreUnavailable
 from retrieval.ingest.index import Indexed, word_count
 from retrieval.ingest.items import MemoryItem
@@ -38,8 +43,10 @@ def make_rows(planned: Plan, analysed: list[Indexed], embedded: Embedded) -> lis
             terms, found, fact, vector = kept.terms, kept.entities, kept.fact, kept.vector
             passages = None
             # the same words at another time (or a stored row not read yet): read again
+            text = memory_text(it.title, it.content)
+            personal = told_by_its_kind(it.memory_type, it.source_type)
             event = kept.event or event_row(
-                it, written, read_event(memory_text(it.title, it.content), written)
+                it, written, read_event(text, written, personal=personal)
             )
         row = _row(planned.ids[i], it, vector, terms, found, fact, passages)
         rows.append(replace(row, event=event))

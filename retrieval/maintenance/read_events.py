@@ -16,7 +16,7 @@ from datetime import tzinfo
 import asyncpg
 
 from db import pass_events
-from retrieval.analysis.time.events import EVENT_READER_VERSION, read_event
+from retrieval.analysis.time.events import EVENT_READER_VERSION, read_event, told_by_its_kind
 from retrieval.ingest.recipe import memory_text
 
 logger = logging.getLogger(__name__)
@@ -31,7 +31,8 @@ def _read(rows: list[asyncpg.Record], zone: tzinfo) -> tuple[list, list, list]:
     read_at = []
     for r in rows:
         at = r["created_at"].astimezone(zone)
-        ev = read_event(memory_text(r["title"], r["content"]), at)
+        personal = told_by_its_kind(r["memory_type"], r["source_type"])
+        ev = read_event(memory_text(r["title"], r["content"]), at, personal=personal)
         off = at.utcoffset()
         ranges.append(None if ev is None else asyncpg.Range(ev.start, ev.end, upper_inc=False))
         offsets.append(None if ev is None or off is None else int(off.total_seconds()))

@@ -94,12 +94,15 @@ def promote(results: list[ScoredResult]) -> list[ScoredResult]:
     """The results, the surest of the first PROMOTE_AMONG put first when it is clearly surer
     than the first (PROMOTE_MARGIN) and not far below it by score (PROMOTE_CLOSE): "When do I
     play tennis?" puts the user's "I play tennis on Sundays" before the assistant asking "When
-    do you play tennis?". Its reason says so; its score becomes the first's by never_rises (a
-    tie)."""
+    do you play tennis?". Only one that lies where the first lies against the question's window
+    (inside, near, outside) is put first: the window's order stands. Its reason says so; its
+    score becomes the first's by never_rises (a tie)."""
     head = results[:PROMOTE_AMONG]
     if len(head) < 2:
         return results
-    best = max(range(len(head)), key=lambda i: head[i].confidence or 0.0)
+    # never past the window: one outside it (or on its edge) does not pass one inside
+    same = [i for i in range(len(head)) if head[i].window == head[0].window]
+    best = max(same, key=lambda i: head[i].confidence or 0.0)
     first, surer = head[0], head[best]
     if (
         best == 0

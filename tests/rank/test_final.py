@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrieval.models import Candidate, Relevance, ScoredResult, Source
+from retrieval.models import Candidate, Relevance, ScoredResult, Source, WindowPlace
 from retrieval.rank.calibration import Calibration, Map
 from retrieval.rank.final import WEAK_SCORE, finish, label, never_rises, promote
 
@@ -89,6 +89,15 @@ def test_a_clearly_surer_result_close_by_score_is_put_first():
     assert out[0].signals["confidence_promoted"] == 1.0
     tied = never_rises(out)
     assert [r.score for r in tied] == [0.9, 0.9, 0.85, 0.7]  # it ties the score it passed
+
+
+def test_one_outside_the_window_is_not_put_above_one_inside():
+    # "Where did I lose my keys on May 18?": the memory told of that day stays first, however
+    # sure the reader is of an older one outside the window; among those inside, the surest
+    inside = [replace(_result(1, 0.9, 0.40), window=WindowPlace.INSIDE),
+              replace(_result(2, 0.85, 0.95), window=WindowPlace.OUTSIDE),
+              replace(_result(3, 0.8, 0.70), window=WindowPlace.INSIDE)]  # fmt: skip
+    assert [r.candidate.id for r in promote(inside)] == [3, 1, 2]
 
 
 @pytest.mark.parametrize(

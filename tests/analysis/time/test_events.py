@@ -16,9 +16,10 @@ MON = datetime.fromisoformat("2026-02-16T09:00:00+00:00")
 MON_JST = datetime.fromisoformat("2026-02-16T09:00:00+09:00")
 
 
-def days(text: str, at: datetime = MON) -> tuple[date, date] | None:
-    """The event's first and last day, in the offset it was read in."""
-    e = read_event(text, at)
+def days(text: str, at: datetime = MON, personal: bool = True) -> tuple[date, date] | None:
+    """The event's first and last day, in the offset it was read in (of a memory of a personal
+    kind, a chat's or a diary's, unless said otherwise)."""
+    e = read_event(text, at, personal=personal)
     if e is None:
         return None
     assert e.start.utcoffset() == at.utcoffset()
@@ -84,6 +85,33 @@ def test_every_kind_in_both_languages(text, at, want):
 
 
 @pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        # a memory of no personal kind (memory_type, source_type): a short one whose event
+        # counts from when it was written
+        ("Yesterday my brother passed his driving test.", day(2026, 2, 15)),
+        ("昨日、健康診断で再検査になった。", day(2026, 2, 15)),
+        ("I went to the dentist on the 15th.", day(2026, 2, 15)),
+        ("Last week I presented the roadmap.", (date(2026, 2, 9), date(2026, 2, 15))),
+        # a first date that names itself: perhaps a reference text's (a chat's or a diary's
+        # memory of the same words is read: above)
+        ("2019年に大阪へ引っ越した", None),
+        ("We met on March 3, 2024.", None),
+        ("1961年4月12日、ガガーリンが飛んだ。数日前から準備していた。", None),
+        (
+            "1961年4月12日、ソ連の宇宙飛行士ユーリ・ガガーリンが史上初の有人宇宙飛行に成功した。",
+            None,
+        ),
+        ("The treaty was signed in 1648 in Münster.", None),
+        # counting from the text's own moment, in a long reference text: not from its writing
+        ("選挙の2日前の市議会で提案は7対5で否決された。" + "その後の経過は" * 60, None),
+    ],
+)
+def test_a_memory_of_no_personal_kind_tells_of_its_writer_by_its_words(text, want):
+    assert days(text, MON_JST if not text.isascii() else MON, personal=False) == want, text
+
+
+@pytest.mark.parametrize(
     "text",
     [
         # habits
@@ -110,13 +138,13 @@ def test_every_kind_in_both_languages(text, at, want):
     ],
 )
 def test_habits_mentions_and_no_time_words_are_no_event(text):
-    assert read_event(text, MON) is None, text
+    assert read_event(text, MON, personal=True) is None, text
 
 
 def test_the_day_boundary_is_the_offset_written_in():
     # 00:30 on 22 April in Tokyo is still 21 April in UTC: "yesterday" is the 21st in Tokyo
     at = datetime.fromisoformat("2026-04-22T00:30:00+09:00")
-    e = read_event("昨日、歯医者で親知らずを抜いた", at)
+    e = read_event("昨日、歯医者で親知らずを抜いた", at, personal=True)
     assert e is not None
     assert (e.start.isoformat(), e.end.isoformat()) == (
         "2026-04-21T00:00:00+09:00",
@@ -130,9 +158,9 @@ def test_the_day_boundary_is_the_offset_written_in():
 
 
 def test_the_words_read_are_given_and_a_long_text_tells_of_none():
-    e = read_event("On Saturday we adopted a kitten.", MON)
+    e = read_event("On Saturday we adopted a kitten.", MON, personal=True)
     assert e is not None and e.words == "On Saturday"
-    assert read_event("Yesterday " + "x" * READ_MAX_CHARS, MON) is None
+    assert read_event("Yesterday " + "x" * READ_MAX_CHARS, MON, personal=True) is None
 
 
 def test_a_time_without_an_offset_is_refused():
