@@ -260,8 +260,18 @@ async def temporal(run: SearchRun, given: Given) -> list[Candidate]:
     telling of what happened in it (the memory's event); nothing without a window."""
     if run.window is None:
         raise Skip("the query names no time window")
-    written = await _knn(run, given.vectors, Source.TEMPORAL, run.window)
-    told = await _event_knn(run, given.vectors, run.window)
+    # The two clocks side by side, each on a connection of its own: one failing (or the leg
+    # given up) stops the other, as the passages' search beside the memories' does.
+    events = asyncio.ensure_future(_event_knn(run, given.vectors, run.window))
+    try:
+        written = await _until_either_fails(
+            _knn(run, given.vectors, Source.TEMPORAL, run.window), events
+        )
+        told = await events
+    except BaseException:
+        events.cancel()
+        await asyncio.gather(events, return_exceptions=True)
+        raise
     best = {c.id: c for c in written}
     for c in told:
         if c.id not in best or c.score > best[c.id].score:
