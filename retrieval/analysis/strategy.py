@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import Any
 
 from retrieval.analysis.facts import one_at_a_time
+from retrieval.analysis.tense import relates_two_moments
 from retrieval.models import (
     Fusion,
     Preset,
@@ -191,6 +192,11 @@ def plan(
             # recently get promoted to" better than this week's unrelated ones.
             preset = replace(preset, window=None)
             reasons.append("a vague window: preferred, not first")
+        elif relates_two_moments(intent.query, window.text):
+            # "How many days passed between the Sunday mass and the Ash Wednesday service?":
+            # the window names one of two moments; the other lies outside it. Both are wanted.
+            preset = replace(preset, window=None)
+            reasons.append("two moments asked about: the window preferred, not first")
         if window.end is not None and window.relative not in (
             "recent",
             "this_week",

@@ -208,3 +208,29 @@ def asks_about_now(
     if _japanese_present(toks):
         return True
     return about_a_fact and _ASKS.search(text) is not None and not _japanese_past(toks)
+
+
+# A question about two moments: the time between them, or which came first ("How many days had
+# passed between the Sunday mass and the Ash Wednesday service?", "Which did I do first, …?",
+# 引っ越しと転職、どちらが先？, 何日経った).
+_EN_TWO_MOMENTS = re.compile(
+    r"\bbetween\b.+\band\b|\bwhich\b.*\bfirst\b|\bbefore or after\b|"
+    r"\bhow (?:many|long)\b.*\b(?:since|after|before|passed|elapsed|between)\b",
+    re.IGNORECASE,
+)
+_JA_TWO_MOMENTS = re.compile(
+    r"(?:どちら|どっち)が(?:先|後)|何(?:日|週間|か月|ヶ月|年)(?:経|たっ|間|後|前)"
+)
+
+
+def relates_two_moments(text: str, window_words: str | None) -> bool:
+    """Whether a question asks about the time between two moments or their order: its window
+    (`window_words`, the words it was read from) names one of them, not where the answer lies.
+    A window that is itself the span between two dates ("between May and August",
+    6月から8月まで) is not such a question's."""
+    words = (window_words or "").lower()
+    if any(w in words for w in ("between", "since", "から", "以来", "…")):
+        return False
+    if text.isascii():
+        return _EN_TWO_MOMENTS.search(text) is not None
+    return _JA_TWO_MOMENTS.search(text) is not None

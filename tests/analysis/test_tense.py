@@ -115,3 +115,26 @@ def test_the_one_pass_over_words_agrees_with_the_patterns(parts):
 )
 def test_a_suggestion_for_the_time_ahead(nlp, question, ahead):
     assert plans_ahead(question, nlp.tokens(question)) is ahead
+
+
+@pytest.mark.parametrize(
+    ("text", "window", "two"),
+    [
+        ("How many days had passed between the Sunday mass and the Ash Wednesday service?",
+         "Sunday", True),
+        ("Which did I buy first, the bike or the helmet?", None, True),
+        ("Did I move before or after I changed jobs on Friday?", "on Friday", True),
+        ("引っ越しと転職、どちらが先？", None, True),
+        ("先週の土曜から何日経った？", "先週の土曜", True),
+        # a window that is itself the span between two dates, and one-moment questions
+        ("What did I do between May and August?", "between May and August", False),
+        ("6月から8月まで何をした？", "6月から8月まで", False),
+        ("How long have I lived here since 2019?", "since 2019", False),
+        ("What did we adopt on February 14?", "February 14", False),
+        ("先週の土曜に何をした？", "先週の土曜", False),
+    ],
+)  # fmt: skip
+def test_a_question_about_two_moments(text, window, two):
+    from retrieval.analysis.tense import relates_two_moments
+
+    assert relates_two_moments(text, window) is two
