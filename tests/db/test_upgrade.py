@@ -103,15 +103,21 @@ def _listed(url: str, ns: str) -> list[dict]:
     return [{k: m.get(k) for k in keep} for m in r.json()["memories"]]
 
 
-def _migrate(dsn: str) -> str:
-    """This release's `retrieval migrate`, as the migration Job runs it."""
+def _retrieval(dsn: str, command: str) -> str:
+    """This release's `retrieval COMMAND` on the store at dsn (the migration Job's way); its
+    output."""
     out = subprocess.run(
-        [sys.executable, "-m", "retrieval.cli", "migrate"],
+        [sys.executable, "-m", "retrieval.cli", command],
         cwd=ROOT, env={**os.environ, "DATABASE_URL": dsn}, capture_output=True, text=True,
         timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout
+
+
+def _migrate(dsn: str) -> str:
+    """This release's `retrieval migrate`, as the migration Job runs it."""
+    return _retrieval(dsn, "migrate")
 
 
 async def test_the_previous_releases_store_is_served_the_same_after_the_jobs_migrations(
@@ -156,12 +162,7 @@ async def _events_read(dsn: str, ns: str, memories: list[dict]) -> None:
         vectors = dict(await conn.fetch(
             "SELECT external_id, embedding::text FROM memories WHERE namespace = $1", ns
         ))  # fmt: skip
-        out = subprocess.run(
-            [sys.executable, "-m", "retrieval.cli", "read-events"],
-            cwd=ROOT, env={**os.environ, "DATABASE_URL": dsn}, capture_output=True, text=True,
-            timeout=300,
-        )  # fmt: skip
-        assert out.returncode == 0, out.stderr[-2000:]
+        assert "every memory is read" in _retrieval(dsn, "read-events")
         rows = await conn.fetch(
             "SELECT external_id, title, content, created_at, event_time, event_read, memory_type,"
             " source_type,"
