@@ -42,12 +42,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta, tzinfo
+from datetime import datetime, timedelta, tzinfo
 
 from retrieval.analysis.tense import told_in_the_past
 from retrieval.analysis.time.atoms import Atom, kanji_to_int, scan
 from retrieval.analysis.time.bounds import Bound
-from retrieval.analysis.time.expressions import Expression, expressions
+from retrieval.analysis.time.expressions import Expression, day_of_month, expressions
 from retrieval.models import Granularity
 
 __all__ = [
@@ -92,10 +92,6 @@ _EN_NUMBERS = {
 }
 # Where the day N weeks back lies in the window the grammar gives "N weeks ago" ([d-3, d+4)).
 _WEEK_AGO_CENTRE = timedelta(days=3)
-# A day of the month alone: "on the 15th" (not "the 15th of …": the grammar reads the month;
-# "of every month" is a habit), 15日に (not 15日間, not 3月15日).
-_EN_DAY_OF_MONTH = re.compile(r"\b[Tt]he\s+(\d{1,2})(?:st|nd|rd|th)\b(?!\s+of\b)")
-_JA_DAY_OF_MONTH = re.compile(r"(?<![0-9０-９月年週])([0-9０-９]{1,2})日(?=に|は|の|、)")
 # The longest text of no personal kind whose words may tell of its writer's life.
 UNTYPED_MAX_CHARS = 400
 # Words that make a bare four-digit number a year: in its own words ("in 2019") or before it.
@@ -137,28 +133,10 @@ def _kept(text: str, a: Atom) -> bool:
 
 
 def _day_of_month(text: str, created_at: datetime) -> EventTime | None:
-    """A day of the month alone ("on the 15th", 15日に): told in the past, the latest such day
-    by the day written (today included); otherwise the next one from it."""
-    m = _EN_DAY_OF_MONTH.search(text) or _JA_DAY_OF_MONTH.search(text)
-    if m is None:
-        return None
-    day = kanji_to_int(m.group(1))
-    today = created_at.date()
-    past = told_in_the_past(text)
-    month = date(today.year, today.month, 1)
-    for _ in range(13):  # the nearest month that has the day, backwards or forwards
-        try:
-            d = month.replace(day=day)
-        except ValueError:
-            d = None
-        if d is not None and (d <= today if past else d >= today):
-            start = datetime.combine(d, time(0), tzinfo=created_at.tzinfo)
-            return EventTime(start, start + timedelta(days=1), m.group(0).strip())
-        step = -1 if past else 1
-        month = date(
-            month.year + (month.month + step - 1) // 12, (month.month + step - 1) % 12 + 1, 1
-        )
-    return None
+    """A day of the month alone ("on the 15th", 15日に), by the memory's tense
+    (expressions.day_of_month)."""
+    got = day_of_month(text, created_at, past=told_in_the_past(text))
+    return None if got is None else EventTime(got.start, got.end, got.text or "")
 
 
 # The kinds of memory that tell of their writer's life (a conversation's turns, a diary's

@@ -41,6 +41,7 @@ __all__ = [
     "TimeParse",
     "expressions",
     "groups",
+    "day_of_month",
     "kanji_to_int",
     "parse_time",
     "strip_spans",
@@ -376,6 +377,41 @@ def expressions(
     ]
 
 
+# A day of the month alone: "on the 15th" (not "the 15th of …": the grammar reads the month;
+# "of every month" is a habit), 15日に (not 15日間, not 3月15日).
+_EN_DAY_OF_MONTH = re.compile(r"\b[Tt]he\s+(\d{1,2})(?:st|nd|rd|th)\b(?!\s+of\b)")
+_JA_DAY_OF_MONTH = re.compile(r"(?<![0-9０-９月年週])([0-9０-９]{1,2})日(?=に|は|の|、)")
+
+
+def _ahead(text: str) -> bool:
+    """Whether a question asks of what is to come (what's on the 15th?, 15日の予定は？): a
+    day of the month alone is then the next one; else the latest."""
+    return bool(re.search(r"\b(?:will|going to|plan|planned|scheduled)\b|予定|から何を", text))
+
+
+def day_of_month(text: str, now: datetime, *, past: bool) -> TimeRange | None:
+    """The day a day of the month alone names ("on the 15th", 15日に), in now's calendar:
+    told in the past, the latest such day by today (today included); otherwise the next one
+    from today. None when the text names none."""
+    m = _EN_DAY_OF_MONTH.search(text) or _JA_DAY_OF_MONTH.search(text)
+    if m is None:
+        return None
+    day, today = kanji_to_int(m.group(1)), now.date()
+    month = today.replace(day=1)
+    step = -1 if past else 1
+    for _ in range(13):  # the nearest month that has the day, backwards or forwards
+        try:
+            d = month.replace(day=day)
+        except ValueError:
+            d = None
+        if d is not None and (d <= today if past else d >= today):
+            start = datetime.combine(d, datetime.min.time(), tzinfo=now.tzinfo)
+            return TimeRange(start, start + timedelta(days=1), None, m.group(0).strip(), G.DAY)
+        k = month.month - 1 + step
+        month = month.replace(year=month.year + k // 12, month=k % 12 + 1)
+    return None
+
+
 def parse_time(
     text: str,
     now: datetime,
@@ -397,6 +433,9 @@ def parse_time(
         return out
     found, out.spans = _read(text, Ctx(now, zone, recent_days, past))
     out.range = _anchored(found, now, zone, recent_days)
+    if out.range is None and not found:  # "What did I buy on the 28th?", 15日に何をした？
+        local = now.astimezone(zone)
+        out.range = day_of_month(text, local, past=not _ahead(text))
     low = text.lower()
     for stage in LIFE_STAGES:
         i = low.find(stage)

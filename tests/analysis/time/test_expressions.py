@@ -272,3 +272,23 @@ def test_a_weekday_told_in_the_past_is_the_last_before_today(analyzer, asked, da
     question, at = asked
     got = analyzer.analyze(question, datetime.fromisoformat(at + ":00+09:00")).time_range
     assert got is not None and got.start.date().isoformat() == day, (question, got)
+
+
+@pytest.mark.parametrize(
+    ("text", "now", "day"),
+    [
+        # a day of the month alone: the latest such day, today included
+        ("What did I buy on the 28th?", "2026-02-16T10:00:00+09:00", date(2026, 1, 28)),
+        ("15日に何をした？", "2026-02-16T10:00:00+09:00", date(2026, 2, 15)),
+        ("16日に何があった？", "2026-02-16T10:00:00+09:00", date(2026, 2, 16)),
+        ("What did I do on the 31st?", "2026-03-10T10:00:00+09:00", date(2026, 1, 31)),
+        # asked of what is to come: the next
+        ("What is planned for the 20th?", "2026-02-16T10:00:00+09:00", date(2026, 2, 20)),
+        ("20日の予定は？", "2026-02-21T10:00:00+09:00", date(2026, 3, 20)),
+    ],
+)
+def test_a_day_of_the_month_alone_is_a_day(text, now, day):
+    from retrieval.analysis.tense import told_in_the_past
+
+    r = parse_time(text, datetime.fromisoformat(now), past=told_in_the_past(text)).range
+    assert r is not None and (r.start.date(), r.end.date()) == (day, day + timedelta(days=1))
