@@ -136,7 +136,9 @@ def _day_of_month(text: str, created_at: datetime) -> EventTime | None:
     """A day of the month alone ("on the 15th", 15日に), by the memory's tense
     (expressions.day_of_month)."""
     got = day_of_month(text, created_at, past=told_in_the_past(text))
-    return None if got is None else EventTime(got.start, got.end, got.text or "")
+    if got is None or got.start is None or got.end is None:
+        return None
+    return EventTime(got.start, got.end, got.text or "")
 
 
 # The kinds of memory that tell of their writer's life (a conversation's turns, a diary's
