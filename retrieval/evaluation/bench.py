@@ -33,8 +33,7 @@ from db.memories import MemoryRow
 from retrieval.analysis.facts import stored_fact
 from retrieval.analysis.time.events import read_event
 from retrieval.evaluation.harness import percentiles
-from retrieval.ingest.items import MemoryItem
-from retrieval.ingest.rows import event_row
+from retrieval.ingest.rows import stored_event
 from retrieval.models import RetrievalOptions
 from retrieval.settings import Settings
 
@@ -206,11 +205,7 @@ async def load(rt: Any, n: int, seed: int = 7) -> tuple[bool, float]:
                             created_at=created,
                             fact=stored_fact(content),
                             # what a write reads of it (the bench's are a diary's: episodic)
-                            event=event_row(
-                                MemoryItem(content),
-                                created,
-                                read_event(content, created, personal=True),
-                            ),
+                            event=stored_event(read_event(content, created, personal=True)),
                         ),
                     )
                 )

@@ -5,7 +5,6 @@ its vector, terms, names and attribute."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -33,34 +32,50 @@ def make_rows(planned: Plan, analysed: list[Indexed], embedded: Embedded) -> lis
     rows = []
     for i, it in enumerate(planned.items):
         kept = planned.kept.get(i)
-        written = planned.written[i]
         if kept is None:
             terms, found, fact, read = fresh[i]
             vector: Any = embedded.vectors[i]
             passages = embedded.passages.get(i)
-            event = event_row(it, written, read)
+            event = event_row(it, read)
         else:
             terms, found, fact, vector = kept.terms, kept.entities, kept.fact, kept.vector
             passages = None
             # the same words at another time (or a stored row not read yet): read again
-            text = memory_text(it.title, it.content)
-            personal = told_by_its_kind(it.memory_type, it.source_type)
-            event = kept.event or event_row(
-                it, written, read_event(text, written, personal=personal)
-            )
-        row = _row(planned.ids[i], it, vector, terms, found, fact, passages)
-        rows.append(replace(row, event=event))
+            event = kept.event or event_row(it, _read_again(it, planned.written[i]))
+        rows.append(_row(planned.ids[i], it, vector, terms, found, fact, event, passages))
     return rows
 
 
-def event_row(it: MemoryItem, written: datetime, read: EventTime | None) -> StoredEvent:
+def _read_again(it: MemoryItem, written: datetime) -> EventTime | None:
+    """An unchanged memory's event read again, unless the caller gives it."""
+    if it.event_time is not None:
+        return None
+    return read_memory(it.title, it.content, it.memory_type, it.source_type, written)
+
+
+def read_memory(
+    title: str | None, content: str, memory_type: str, source_type: str, written: datetime
+) -> EventTime | None:
+    """A memory's event read from its words (its title and content) and its kind, against when
+    it was written: the write's analysis reads the same (ingest.index, with plan's clocks)."""
+    personal = told_by_its_kind(memory_type, source_type)
+    return read_event(memory_text(title, content), written, personal=personal)
+
+
+def event_row(it: MemoryItem, read: EventTime | None) -> StoredEvent:
     """A memory's event as stored: the caller's (read 0: never read again), else what its words
-    say (`read`, by this reader's version), in the offset of `written`."""
+    say (`read`: stored_event)."""
     given = it.event_time
-    if given is not None:
-        if given.start is None or given.end is None:
-            return StoredEvent(None, None, 0)
-        return StoredEvent((given.start, given.end), _offset(given.start), 0)
+    if given is None:
+        return stored_event(read)
+    if given.start is None or given.end is None:
+        return StoredEvent(None, None, 0)
+    return StoredEvent((given.start, given.end), _offset(given.start), 0)
+
+
+def stored_event(read: EventTime | None) -> StoredEvent:
+    """An event read from a memory's words as stored, by this reader's version, in the offset
+    it was read in (None: its words place none)."""
     if read is None:
         return StoredEvent(None, None, EVENT_READER_VERSION)
     return StoredEvent((read.start, read.end), _offset(read.start), EVENT_READER_VERSION)
@@ -78,6 +93,7 @@ def _row(
     terms: list[str],
     found: list[tuple[str, float]],
     fact: str,
+    event: StoredEvent,
     passages: list[PassageRow] | None,
 ) -> MemoryRow:
     """The stored row of an item; entities it names itself replace the extracted ones;
@@ -97,6 +113,7 @@ def _row(
         expires_at=it.expires_at,
         thread=it.thread,
         fact=fact,
+        event=event,
         entities=found if given is None else given,
         links=[(ln.to, str(ln.label)) for ln in it.links],
         passages=passages,

@@ -16,8 +16,8 @@ from datetime import tzinfo
 import asyncpg
 
 from db import pass_events
-from retrieval.analysis.time.events import EVENT_READER_VERSION, read_event, told_by_its_kind
-from retrieval.ingest.recipe import memory_text
+from retrieval.analysis.time.events import EVENT_READER_VERSION
+from retrieval.ingest.rows import read_memory, stored_event
 
 logger = logging.getLogger(__name__)
 
@@ -25,17 +25,15 @@ BATCH = 1000
 
 
 def _read(rows: list[asyncpg.Record], zone: tzinfo) -> tuple[list, list, list]:
-    """Each row's event as stored: its range (or None) and the offset read in."""
-    ranges: list[asyncpg.Range | None] = []
-    offsets: list[int | None] = []
-    read_at = []
+    """Each row's event as a write stores it (ingest.rows): its range (or None), the offset it
+    was read in, and the created_at read against."""
+    ranges, offsets, read_at = [], [], []
     for r in rows:
         at = r["created_at"].astimezone(zone)
-        personal = told_by_its_kind(r["memory_type"], r["source_type"])
-        ev = read_event(memory_text(r["title"], r["content"]), at, personal=personal)
-        off = at.utcoffset()
-        ranges.append(None if ev is None else asyncpg.Range(ev.start, ev.end, upper_inc=False))
-        offsets.append(None if ev is None or off is None else int(off.total_seconds()))
+        got = read_memory(r["title"], r["content"], r["memory_type"], r["source_type"], at)
+        rng, offset, _ = stored_event(got).columns()
+        ranges.append(rng)
+        offsets.append(offset)
         read_at.append(r["created_at"])
     return ranges, offsets, read_at
 

@@ -11,7 +11,16 @@ import asyncpg
 from retrieval.analysis.answers import AnswerKind, asks_about, gives, mentions
 from retrieval.models import ANSWERS_QUESTION, Candidate, Hop, Source
 from retrieval.search.contents import columns
-from retrieval.search.run import COLS, WHERE, Given, SearchRun, Skip, candidates, leg_connection
+from retrieval.search.run import (
+    COLS,
+    WHERE,
+    Given,
+    SearchRun,
+    Skip,
+    best_of,
+    candidates,
+    leg_connection,
+)
 from retrieval.text.nlp import normalize_entity
 
 # An entity named by more memories than this (or than this share of the namespace, at least
@@ -175,15 +184,6 @@ def _hop(
     return c
 
 
-def _best(cands: list[Candidate], k: int) -> list[Candidate]:
-    """Each memory once (by its best seed), the k best."""
-    best: dict[int, Candidate] = {}
-    for c in cands:
-        if c.id not in best or c.score > best[c.id].score:
-            best[c.id] = c
-    return sorted(best.values(), key=lambda c: c.score, reverse=True)[:k]
-
-
 async def _hop_rows(
     run: SearchRun,
     seeds: tuple[tuple[str, float], ...],
@@ -235,7 +235,7 @@ async def links(run: SearchRun, given: Given) -> list[Candidate]:
             kind = r["label"]
             via = f"linked {r['label']} {'from' if r['dir'] == 'to' else 'to'} {r['seed']}"
         out.append(_hop(run, c, r, kind, via, seeds, seed_text))
-    return _best(out, run.k)
+    return best_of(out, run.k)
 
 
 async def entity(run: SearchRun, given: Given) -> list[Candidate]:
@@ -266,7 +266,7 @@ async def entity(run: SearchRun, given: Given) -> list[Candidate]:
         if r["has_focus"] and not r["seed_has_focus"]:
             via += f", holds the asked 「{run.intent.focus}」"
         out.append(_hop(run, c, r, "entity", via, seeds, seed_text))
-    return _best(out, run.k)
+    return best_of(out, run.k)
 
 
 async def thread(run: SearchRun, given: Given) -> list[Candidate]:
@@ -277,4 +277,4 @@ async def thread(run: SearchRun, given: Given) -> list[Candidate]:
         _hop(run, c, r, "thread", f"same thread as {r['seed']}", seeds, seed_text)
         for r, c, seed_text in pairs
     ]
-    return _best(out, run.k)
+    return best_of(out, run.k)

@@ -141,6 +141,16 @@ class Given:
     long_seeds: frozenset[str] = frozenset()
 
 
+def best_of(cands: list[Candidate], k: int) -> list[Candidate]:
+    """Each memory once (found several ways: by its best score; the first of a tie), the k
+    best."""
+    best: dict[int, Candidate] = {}
+    for c in cands:
+        if c.id not in best or c.score > best[c.id].score:
+            best[c.id] = c
+    return sorted(best.values(), key=lambda c: c.score, reverse=True)[:k]
+
+
 def event_of(rng: Any, offset: int | None) -> EventSpan | None:
     """A stored event (a tstzrange and the offset it was read in) as a candidate carries it."""
     if rng is None or rng.isempty or rng.lower is None or rng.upper is None:

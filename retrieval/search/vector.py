@@ -18,6 +18,7 @@ from retrieval.search.run import (
     Given,
     SearchRun,
     Skip,
+    best_of,
     candidates,
     found,
     leg_connection,
@@ -272,31 +273,25 @@ async def temporal(run: SearchRun, given: Given) -> list[Candidate]:
         events.cancel()
         await asyncio.gather(events, return_exceptions=True)
         raise
-    best = {c.id: c for c in written}
-    for c in told:
-        if c.id not in best or c.score > best[c.id].score:
-            best[c.id] = c
-    return sorted(best.values(), key=lambda c: c.score, reverse=True)[: run.k]
+    return best_of([*written, *told], run.k)
 
 
 async def _event_knn(
     run: SearchRun, vectors: tuple[Any, ...], window: TimeRange
 ) -> list[Candidate]:
-    """The memories whose event overlaps the window (its soft edges included), nearest the
-    query's vectors, each at its best; the hard filters (and the caller's now) apply to when
-    they were written."""
+    """The memories whose event overlaps the window (its soft edges included), nearest each of
+    the query's vectors (a memory near several comes once for each: `temporal` keeps its best);
+    the hard filters (and the caller's now) apply to when they were written."""
     args = run.where_args(None)
     start, end = window.outer_start, window.outer_end
-    best: dict[int, Candidate] = {}
+    out: list[Candidate] = []
     async with leg_connection(run) as conn:
         for vec in vectors:
             rows = await conn.fetch(
                 EVENT_WINDOW_SQL, *args, vec, run.k, start, end, timeout=run.timeout_s
             )
-            for c in await found(run, conn, rows, Source.TEMPORAL):
-                if c.id not in best or c.score > best[c.id].score:
-                    best[c.id] = c
-    return list(best.values())
+            out += await found(run, conn, rows, Source.TEMPORAL)
+    return out
 
 
 # The exploration slot searches memories older than this before `now`: recency decay and the

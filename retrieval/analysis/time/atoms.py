@@ -145,7 +145,8 @@ def _n(m: re.Match[str], g: str = "n") -> int:
     return kanji_to_int(m[g])
 
 
-def _en_n(word: str) -> int:
+def en_number(word: str) -> int:
+    """An English count in digits or words (3, three, a couple of)."""
     w = word.lower().strip()
     return int(w) if w.isdigit() else _EN_NUMBERS[w]
 
@@ -306,9 +307,13 @@ _TABLE: list[tuple[str, str, Builder]] = [
     (
         "ago",
         r"(?i)\b(?P<n>" + _EN_NUM + r")\s+(?P<u>day|week|month)s?\s+ago\b",
-        lambda m: (m["u"].lower(), _en_n(m["n"])),
+        lambda m: (m["u"].lower(), en_number(m["n"])),
     ),
-    ("year", r"(?i)\b(?P<n>" + _EN_NUM + r")\s+years?\s+ago\b", lambda m: ("ago", _en_n(m["n"]))),
+    (
+        "year",
+        r"(?i)\b(?P<n>" + _EN_NUM + r")\s+years?\s+ago\b",
+        lambda m: ("ago", en_number(m["n"])),
+    ),
     ("few", r"数日前|(?i:\ba few days ago\b)", lambda m: (0, 5, "few_days_ago")),
     ("few", r"数週間前|(?i:\ba few weeks ago\b)", lambda m: (10, 35, "few_weeks_ago")),
     (

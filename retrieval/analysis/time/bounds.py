@@ -172,9 +172,6 @@ _JA_COUNTED = re.compile(
     r"の(?:(?P<side>前|次|翌)の(?P<one>週末|週)|翌(?P<next>週末|週)|"
     r"(?P<n>[0-9０-９一二三四五六七]+)(?P<unit>日|週間)(?P<dir>前|後))"
 )
-_COUNT_WORDS = {
-    w: i for i, w in enumerate(["zero", "one", "two", "three", "four", "five", "six", "seven"])
-}
 
 
 @dataclass(frozen=True)
@@ -191,7 +188,7 @@ class Counted:
 
 def counted_back(text: str, start: int, end: int) -> Counted | None:
     """The time the words next to text[start:end] count from it, if any."""
-    from retrieval.analysis.time.atoms import kanji_to_int
+    from retrieval.analysis.time.atoms import en_number, kanji_to_int
 
     m = _JA_COUNTED.match(text, end)
     if m:
@@ -210,8 +207,7 @@ def counted_back(text: str, start: int, end: int) -> Counted | None:
         return Counted(m["one"].lower(), 1, side, (lead, start))
     if side == "of":
         return None
-    n = m["n"].lower()
-    count = _COUNT_WORDS[n] if n in _COUNT_WORDS else int(n)
+    count = en_number(m["n"])
     unit = m["unit"].lower().rstrip("s") + "s"
     return Counted(unit, count, side, (lead, start))
 

@@ -45,10 +45,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 
 from retrieval.analysis.tense import told_in_the_past
-from retrieval.analysis.time.atoms import Atom, kanji_to_int, scan
+from retrieval.analysis.time.atoms import Atom, en_number, kanji_to_int, scan
 from retrieval.analysis.time.bounds import Bound
 from retrieval.analysis.time.expressions import Expression, day_of_month, expressions
 from retrieval.models import Granularity
+from retrieval.text.passages import SPLIT_ABOVE
 
 __all__ = [
     "EVENT_READER_VERSION",
@@ -62,8 +63,9 @@ __all__ = [
 # version is read again by `retrieval read-events`. 0 is an event given by the caller.
 EVENT_READER_VERSION = 1
 
-# The longest text whose time words are read (a longer one tells of many times).
-READ_MAX_CHARS = 2000
+# The longest text whose time words are read: a memory of one passage (a longer one tells of
+# many times).
+READ_MAX_CHARS = SPLIT_ABOVE
 
 # A habit: "every"/"each" before the expression, 毎 right before it, ごと/毎 right after.
 _EN_HABIT_BEFORE = re.compile(r"\b(?:every|each)\s+(?:other\s+)?$", re.IGNORECASE)
@@ -84,12 +86,6 @@ _JA_LENGTH = re.compile(r"\s*(?:から)?\s*([0-9０-９一二三四五六七八�
 _EN_LENGTH = re.compile(
     r"\s*,?\s*for\s+(\d+|two|three|four|five|six|seven|eight|nine|ten)\s+days\b", re.IGNORECASE
 )
-_EN_NUMBERS = {
-    w: i
-    for i, w in enumerate(
-        ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
-    )
-}
 # Where the day N weeks back lies in the window the grammar gives "N weeks ago" ([d-3, d+4)).
 _WEEK_AGO_CENTRE = timedelta(days=3)
 # The longest text of no personal kind whose words may tell of its writer's life.
@@ -196,7 +192,7 @@ def _length_days(text: str, end: int) -> int | None:
         return None
     n = m.group(1)
     try:
-        days = _EN_NUMBERS[n.lower()] if n.lower() in _EN_NUMBERS else kanji_to_int(n)
+        days = en_number(n) if n.isascii() else kanji_to_int(n)
     except (KeyError, ValueError):
         return None
     return days if 0 < days <= _SPAN_MAX.days else None
@@ -217,11 +213,9 @@ def read_event(text: str, created_at: datetime, *, personal: bool = False) -> Ev
     whose dates that name themselves are its events even with no "I" in it."""
     if created_at.tzinfo is None:
         raise ValueError("created_at must carry its UTC offset")
-    if len(text) > READ_MAX_CHARS:
+    if len(text) > (READ_MAX_CHARS if personal else UNTYPED_MAX_CHARS):
         return None
     atoms = [a for a in scan(text) if _kept(text, a)]
-    if not personal and len(text) > UNTYPED_MAX_CHARS:
-        return None
     if not atoms:
         return _day_of_month(text, created_at)
     zone: tzinfo = created_at.tzinfo

@@ -40,7 +40,6 @@ __all__ = [
     "Expression",
     "TimeParse",
     "expressions",
-    "groups",
     "day_of_month",
     "kanji_to_int",
     "parse_time",
@@ -79,7 +78,7 @@ class TimeParse:
     spans: list[tuple[int, int]] = field(default_factory=list)
 
 
-def groups(atoms: list[Atom], text: str) -> list[list[Atom]]:
+def _groups(atoms: list[Atom], text: str) -> list[list[Atom]]:
     """Atoms that stand together (only の, 、, spaces or 'of' between) form one expression."""
     out: list[list[Atom]] = []
     for a in atoms:
@@ -333,7 +332,7 @@ def _read(
     against c, and the character spans of every time word found."""
     spans: list[tuple[int, int]] = []
     exprs: list[tuple[list[Atom], bool, int, int]] = []
-    for group in groups(scan(text) if atoms is None else atoms, text):
+    for group in _groups(scan(text) if atoms is None else atoms, text):
         core = [a for a in group if a.kind not in ("fuzzy", "fuzzy_pre")]
         fuzzy = len(core) < len(group) or any(a.kind == "nowish" for a in core)
         s, e = group[0].start, group[-1].end
