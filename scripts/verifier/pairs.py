@@ -1,7 +1,7 @@
 """The reader's (question, memory, label) pairs, from ../shared/train and the dev sets of ../shared/eval.
 
     python scripts/verifier/pairs.py [--train ../shared/train] [--eval ../shared/eval]
-        [--out pairs.jsonl] [--seed 13]
+        [--service service.jsonl] [--out pairs.jsonl] [--seed 13]
 
 Every pair has a `split`: `train` (the reader is trained on these) or `dev` (its figures, and
 never trained on). Whole conversations, scenes, articles and sets are held out:
@@ -24,7 +24,10 @@ Kinds of pairs (`kind`):
   the lexicon of scripts/verifier/twins.py is not used, so that its twins stay unseen);
 - `who` (0): an answerable question about one speaker asked about the other (Caroline ->
   Melanie) against the first one's evidence turn, where the evidence does not name the other;
-  in Japanese the same with a person's name swapped for another (multihop_dev).
+  in Japanese the same with a person's name swapped for another (multihop_dev);
+- `service`, `service_none` (0), with `--service`: the service's own first results on the
+  training sets with the evidence removed (scripts/verifier/mine.py, which says their noise),
+  each in its unit's split.
 """
 
 from __future__ import annotations
@@ -318,9 +321,15 @@ def main() -> None:
     ap.add_argument("--eval", type=Path, default=Path("../shared/eval"))
     ap.add_argument("--out", type=Path, default=Path("pairs.jsonl"))
     ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--service", type=Path, default=None,
+                    help="the service's near-misses (scripts/verifier/mine.py's output)")  # fmt: skip
     a = ap.parse_args()
     b = Builder(a.eval, a.seed)
     b.training_sets(a.train)
+    if a.service is not None:
+        for line in a.service.read_text(encoding="utf-8").splitlines():
+            r = json.loads(line)
+            b.add(r["split"], r["kind"], r["group"], r["question"], r["memory"], r["label"])
     b.conversations()
     b.jsquad()
     b.multihop()

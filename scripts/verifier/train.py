@@ -242,7 +242,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "retrieval" / "data" / "verifier")
+    ap.add_argument("--evaluate", action="store_true",
+                    help="train nothing: print the AUROC of --out's reader on the pairs' dev split")  # fmt: skip
     a = ap.parse_args()
+    if a.evaluate:
+        evaluate(a.pairs, a.out)
+        return
 
     import torch
 
@@ -348,6 +353,23 @@ def main() -> None:
     )
     (a.out / "verifier.json").write_text(json.dumps(card, indent=1) + "\n")
     print("dev (int8)", json.dumps(card["dev"]))
+
+
+def evaluate(pairs: Path, model_dir: Path) -> None:
+    """The figures of a written reader (its int8 graph) on the dev pairs of another pairs file:
+    the shipped reader measured on kinds it was not trained with."""
+    from retrieval.rank.verifier import Verifier
+
+    w = E5Weights()
+    rows = [json.loads(line) for line in pairs.read_text().splitlines() if line.strip()]
+    dev = [r for r in rows if r["split"] == "dev"]
+    for r in dev:
+        r["ids"] = pair_ids(w.tokenizer, r["question"], memory_window(r["question"], r["memory"]))
+    v = Verifier(model_dir, weights=w)
+    int8 = np.concatenate(
+        [v.logits_ids([r["ids"] for r in dev[i : i + 64]]) for i in range(0, len(dev), 64)]
+    )
+    print("dev (int8)", json.dumps(figures(dev, int8)))
 
 
 def score_torch(model: Any, embed: EmbeddingLayer, rows: list[dict], eos: int) -> np.ndarray:

@@ -114,6 +114,14 @@ def squad(b: Sink, path: Path) -> None:
                 b.swap(split, group, q, spans[i][1], rank)
 
 
+def friends_texts(scene: dict) -> list[str]:
+    """A scene's utterances as memories: `Speaker Name: words`."""
+    return [
+        f"{', '.join(t['speakers']) or 'Someone'}: {t['utterance'].strip()}"
+        for t in scene["utterances:"]
+    ]
+
+
 def friends(b: Sink, paths: list[Path]) -> None:
     n = 0
     for path in paths:
@@ -122,10 +130,7 @@ def friends(b: Sink, paths: list[Path]) -> None:
                 split, group = split_for(n), f"friends-{n}"
                 n += 1
                 turns = scene["utterances:"]
-                texts = [
-                    f"{', '.join(t['speakers']) or 'Someone'}: {t['utterance'].strip()}"
-                    for t in turns
-                ]
+                texts = friends_texts(scene)
                 docs = [{"id": str(i), "content": t} for i, t in enumerate(texts)]
                 rank = b.ranker(docs)
                 speakers = sorted(
