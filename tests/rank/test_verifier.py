@@ -107,5 +107,7 @@ def test_it_scores_every_case_the_same_alone_or_together(verifier):
         alone = verifier.logits(yes, [memory])
         assert np.all(np.isfinite(both)) and both.shape == (2,)
         assert both[0] == pytest.approx(alone[0], abs=1e-4)
-        assert verifier.logits(no, [memory]).shape == (1,)
+        # The question the memory answers reads above its twin (hamster, table tennis, the other
+        # speaker): the shipped reader gets all six right, by 0.35 (Melanie/Caroline) to 5.3.
+        assert alone[0] > verifier.logits(no, [memory])[0], (yes, no)
     assert verifier.logits("x", []).shape == (0,)
