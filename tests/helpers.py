@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
@@ -43,6 +44,17 @@ async def app_client(runtime: Any) -> AsyncIterator[httpx.AsyncClient]:
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c,
     ):
         yield c
+
+
+def script_module(name: str) -> Any:
+    """A script of scripts/verifier (not a package) imported by its path, for its functions."""
+    spec = importlib.util.spec_from_file_location(
+        name, ROOT / "scripts" / "verifier" / f"{name}.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def shared_file(*parts: str) -> Path:

@@ -5,18 +5,13 @@ near-miss."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 
-from tests.helpers import ROOT
+from tests.helpers import script_module
 
 
 def _mine():
-    spec = importlib.util.spec_from_file_location("mine", ROOT / "scripts/verifier/mine.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("mine")
 
 
 def _gz(path, obj, lines=False):

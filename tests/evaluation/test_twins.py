@@ -3,20 +3,15 @@ from its original by the one word swapped, in whatever form the question holds i
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import script_module
 
 
 def _twins():
-    spec = importlib.util.spec_from_file_location("twins", ROOT / "scripts/verifier/twins.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("twins")
 
 
 @pytest.mark.parametrize(
