@@ -50,8 +50,7 @@ from retrieval.models import RetrievalOptions  # noqa: E402
 from retrieval.settings import Settings  # noqa: E402
 
 BASE = "mine"
-# A result is a near-miss of the question only when none of these hold: it is the evidence, or
-# it holds the answer (SQuAD/FriendsQA: the answer's text; LongMemEval: an answer word).
+# The results asked for: a near-miss is the first of them that is not the evidence.
 ASK_LIMIT = 10
 
 
@@ -141,6 +140,8 @@ def longmemeval(path: Path) -> tuple[list[dict], list[dict]]:
 
 
 def near_miss(q: dict, content: str, mid: str) -> bool:
+    """Neither the evidence (or the plausible answer's sentence) nor a memory holding the answer
+    (SQuAD, FriendsQA: the answer's text; LongMemEval: one of the answer's words)."""
     if mid in q["skip"] or any(t in content for t in q["texts"]):
         return False
     return not (q.get("answer") is not None and Builder.holds_answer(q["answer"], content))
