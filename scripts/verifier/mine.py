@@ -75,12 +75,12 @@ def squad(path: Path) -> tuple[list[dict], list[dict]]:
                     skip = [ids[train_sets.sentence_at(spans, x["answer_start"])] for x in plaus]
                     questions.append({**q, "kind": "service_none", "skip": skip, "texts": []})
                     continue
-                ans = qa["answers"][0]
-                i = train_sets.sentence_at(spans, ans["answer_start"])
-                texts = sorted({x["text"] for x in qa["answers"] if x["text"]})
-                if not all(t in spans[i][1] for t in texts):
+                got = train_sets.squad_answer(qa, spans)
+                if got is None:
                     continue  # the answer runs over two sentences, as train_sets leaves it
-                questions.append({**q, "kind": "service", "skip": [ids[i]], "texts": texts})
+                i, texts = got
+                questions.append({**q, "kind": "service", "skip": [ids[i]],
+                                  "texts": sorted(texts)})  # fmt: skip
     return memories, questions
 
 
@@ -97,16 +97,12 @@ def friends(paths: list[Path]) -> tuple[list[dict], list[dict]]:
                               "memory_type": "dialog", "source_type": "conversation"}
                              for i, t in enumerate(texts)]  # fmt: skip
                 for qa in scene["qas"]:
-                    ev = sorted({a["utterance_id"] for a in qa["answers"]
-                                 if 0 <= a["utterance_id"] < len(texts)})  # fmt: skip
+                    ev, said = train_sets.friends_answer(qa, len(texts))
                     if not ev:
                         continue
-                    said = {a["answer_text"].strip(" .") for a in qa["answers"]
-                            if not a["is_speaker"]}  # fmt: skip
                     questions.append({
                         "namespace": ns, "split": split, "query": qa["question"].strip(),
-                        "kind": "service", "skip": [str(i) for i in ev],
-                        "texts": sorted(s for s in said if len(s) > 2),
+                        "kind": "service", "skip": [str(i) for i in ev], "texts": sorted(said),
                     })  # fmt: skip
     return memories, questions
 
@@ -124,7 +120,7 @@ def longmemeval(path: Path) -> tuple[list[dict], list[dict]]:
                     continue
                 mid = f"{s}:{t}"
                 memories.append({
-                    "namespace": ns, "id": mid, "content": f"{turn['role']}: {turn['content']}",
+                    "namespace": ns, "id": mid, "content": train_sets.lme_text(turn),
                     "created_at": _lme_time(sess["date"]), "thread": sess["id"],
                     "memory_type": "dialog", "source_type": "conversation",
                 })  # fmt: skip

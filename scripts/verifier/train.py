@@ -256,9 +256,7 @@ def main() -> None:
     rng = random.Random(a.seed)
     w = E5Weights()
     embed = EmbeddingLayer(w)
-    rows = [json.loads(line) for line in a.pairs.read_text().splitlines() if line.strip()]
-    for r in rows:
-        r["ids"] = pair_ids(w.tokenizer, r["question"], memory_window(r["question"], r["memory"]))
+    rows = read_pairs(a.pairs, w)
     train = [r for r in rows if r["split"] == "train"]
     dev = [r for r in rows if r["split"] == "dev"]
     model = build_torch(w, a.layers)
@@ -338,11 +336,7 @@ def main() -> None:
     (a.out / "verifier.json").write_text(json.dumps(card, indent=1) + "\n")
     from retrieval.rank.verifier import Verifier
 
-    v = Verifier(a.out, weights=w)
-    int8 = np.concatenate(
-        [v.logits_ids([r["ids"] for r in dev[i : i + 64]]) for i in range(0, len(dev), 64)]
-    )
-    card["dev"] = figures(dev, int8)
+    card["dev"] = figures(dev, int8_logits(Verifier(a.out, weights=w), dev))
     card["data"], card["licence"] = DATA, LICENCE
     card["dev_note"] = (
         "AUROC of evidence (1) against each kind of negative (0), int8 graph, on split=dev, "
@@ -361,15 +355,25 @@ def evaluate(pairs: Path, model_dir: Path) -> None:
     from retrieval.rank.verifier import Verifier
 
     w = E5Weights()
-    rows = [json.loads(line) for line in pairs.read_text().splitlines() if line.strip()]
-    dev = [r for r in rows if r["split"] == "dev"]
-    for r in dev:
+    dev = read_pairs(pairs, w, split="dev")
+    print("dev (int8)", json.dumps(figures(dev, int8_logits(Verifier(model_dir, weights=w), dev))))
+
+
+def read_pairs(path: Path, w: E5Weights, split: str | None = None) -> list[dict]:
+    """The pairs of a pairs.py file (of one split, if given), each with its token ids as the
+    reader reads them."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if split is None or r["split"] == split]
+    for r in rows:
         r["ids"] = pair_ids(w.tokenizer, r["question"], memory_window(r["question"], r["memory"]))
-    v = Verifier(model_dir, weights=w)
-    int8 = np.concatenate(
-        [v.logits_ids([r["ids"] for r in dev[i : i + 64]]) for i in range(0, len(dev), 64)]
+    return rows
+
+
+def int8_logits(v: Any, rows: list[dict]) -> np.ndarray:
+    """A written reader's logits (its int8 graph) on the pairs, 64 at a time."""
+    return np.concatenate(
+        [v.logits_ids([r["ids"] for r in rows[i : i + 64]]) for i in range(0, len(rows), 64)]
     )
-    print("dev (int8)", json.dumps(figures(dev, int8)))
 
 
 def score_torch(model: Any, embed: EmbeddingLayer, rows: list[dict], eos: int) -> np.ndarray:

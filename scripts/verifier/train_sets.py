@@ -84,6 +84,14 @@ def split_for(i: int) -> str:
     return "dev" if i % DEV_EVERY == DEV_EVERY - 1 else "train"
 
 
+def squad_answer(qa: dict, spans: list[tuple[int, str]]) -> tuple[int, set[str]] | None:
+    """An answerable question's sentence (its index in `spans`) and the answer's texts; None
+    when the answer runs over two sentences."""
+    i = sentence_at(spans, qa["answers"][0]["answer_start"])
+    texts = {x["text"] for x in qa["answers"] if x["text"]}
+    return (i, texts) if all(t in spans[i][1] for t in texts) else None
+
+
 def squad(b: Sink, path: Path) -> None:
     data = _load(path)["data"]  # type: ignore[index]
     for a, art in enumerate(data):
@@ -99,11 +107,10 @@ def squad(b: Sink, path: Path) -> None:
                         i = sentence_at(spans, p["answer_start"])
                         b.add(split, "plausible", group, q, spans[i][1], 0)
                     continue
-                ans = qa["answers"][0]
-                i = sentence_at(spans, ans["answer_start"])
-                texts = {x["text"] for x in qa["answers"]}
-                if not all(t in spans[i][1] for t in texts if t):
-                    continue  # the answer runs over two sentences
+                got = squad_answer(qa, spans)
+                if got is None:
+                    continue
+                i, texts = got
                 b.add(split, "evidence", group, q, spans[i][1], 1)
                 others = [
                     d for d in rank.top(q, 6)
@@ -145,16 +152,22 @@ def friends(b: Sink, paths: list[Path]) -> None:
                     friends_question(b, split, group, qa, texts, rank, speakers)
 
 
+def friends_answer(qa: dict, utterances: int) -> tuple[list[int], set[str]]:
+    """A question's answer utterances (their indices) and the answer's own words (not a
+    speaker's name; longer than two characters)."""
+    answers = qa["answers"]
+    ev = sorted({a["utterance_id"] for a in answers if 0 <= a["utterance_id"] < utterances})
+    said = {a["answer_text"].strip(" .") for a in answers if not a["is_speaker"]}
+    return ev, {s for s in said if len(s) > 2}
+
+
 def friends_question(
     b: Sink, split: str, group: str, qa: dict, texts: list[str], rank: Ranks, speakers: list[str]
 ) -> None:
     q = qa["question"].strip()
-    answers = qa["answers"]
-    ev = sorted({a["utterance_id"] for a in answers if 0 <= a["utterance_id"] < len(texts)})
+    ev, said = friends_answer(qa, len(texts))
     if not ev:
         return
-    said = {a["answer_text"].strip(" .") for a in answers if not a["is_speaker"]}
-    said = {s for s in said if len(s) > 2}
     for i in ev[:2]:
         b.add(split, "evidence", group, q, texts[i], 1)
     others = [
@@ -174,13 +187,18 @@ def friends_question(
             b.add(split, "who", group, re.sub(rf"\b{named[0]}\b", new, q), first, 0)
 
 
+def lme_text(turn: dict) -> str:
+    """A LongMemEval turn as a memory: `role: content`."""
+    return f"{turn['role']}: {turn['content']}"
+
+
 def longmemeval(b: Sink, path: Path) -> None:
     rows = _load(path)
     for n, r in enumerate(rows):  # type: ignore[arg-type]
         split, group = split_for(n), f"lmetrain-{r['qid']}"
         q = r["question"]
         turns = [
-            (s["answer_session"], t.get("has_answer", False), f"{t['role']}: {t['content']}")
+            (s["answer_session"], t.get("has_answer", False), lme_text(t))
             for s in r["sessions"]
             for t in s["turns"]
         ]
